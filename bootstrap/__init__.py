@@ -1,0 +1,1 @@
+"""Cold-start bootstrap: reads function.yaml, prepares the repository, runs the servers."""

@@ -1,0 +1,82 @@
+"""``bootstrap run``: the function's entry point."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from bootstrap.settings import FunctionSettings, SettingsError, load_settings
+from runtime.server import Server, ServerOptions
+
+logger = logging.getLogger("bootstrap")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bootstrap", description="Serverless Triton-compatible runtime")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="serve the model repository until SIGINT/SIGTERM")
+    run.add_argument("--config", type=Path, default=None, help="function.yaml (default: ./function.yaml)")
+    run.add_argument("--model-repository", help="local path of the model repository")
+    run.add_argument("--host", help="address to listen on")
+    run.add_argument("--http-port", type=int, help="HTTP port (default 8000)")
+    run.add_argument("--device", choices=["auto", "gpu", "cpu"], help="where models run")
+    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> FunctionSettings:
+    config = args.config
+    if config is None and Path("function.yaml").is_file():
+        config = Path("function.yaml")
+    settings = load_settings(config)
+    if args.model_repository:
+        settings.model_repository = str(Path(args.model_repository).resolve())
+    if args.host:
+        settings.host = args.host
+    if args.http_port is not None:
+        settings.http_port = args.http_port
+    if args.device:
+        settings.device = args.device
+    return settings
+
+
+async def _serve(settings: FunctionSettings) -> None:
+    options = ServerOptions(
+        model_repository=settings.repository_path(),
+        host=settings.host,
+        http_port=settings.http_port,
+        use_gpu=settings.use_gpu,
+        max_body_bytes=settings.max_request_bytes,
+        shutdown_timeout=settings.shutdown_timeout_seconds,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    logger.info("function '%s' serving repository %s", settings.name, options.model_repository)
+    await Server(options).run(stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    try:
+        settings = _settings(args)
+    except SettingsError as exc:
+        logger.error("invalid settings: %s", exc)
+        return 2
+    if not settings.repository_path().is_dir():
+        logger.error("model repository %s is not a folder", settings.repository_path())
+        return 2
+    asyncio.run(_serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The bundled example model repository and the script that builds its weights."""

@@ -1,0 +1,95 @@
+"""The handler contract: one loaded instance of one model version."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from runtime.config import ModelSpec
+from runtime.errors import ModelLoadError, ServingError
+from runtime.types import InferRequest
+
+# What a handler returns for one request: output name -> array, or the error for that request.
+RequestResult = dict[str, np.ndarray] | ServingError
+
+
+@dataclass(frozen=True)
+class HandlerContext:
+    """Everything a handler needs to load one instance of a model version."""
+
+    spec: ModelSpec
+    version: int
+    repository_dir: Path
+    instance_index: int = 0
+    use_gpu: bool = True  # GPU when the instance group allows it and one is present
+    device_id: int = 0
+
+    @property
+    def model_dir(self) -> Path:
+        return self.repository_dir / self.spec.name
+
+    @property
+    def version_dir(self) -> Path:
+        return self.model_dir / str(self.version)
+
+    @property
+    def model_path(self) -> Path:
+        return self.version_dir / self.spec.default_model_filename
+
+    @property
+    def gpu_allowed(self) -> bool:
+        kind = self.spec.instance_groups[0].kind if self.spec.instance_groups else "KIND_AUTO"
+        return self.use_gpu and kind != "KIND_CPU"
+
+    def require_model_file(self) -> Path:
+        path = self.model_path
+        if not path.is_file():
+            raise ModelLoadError(
+                f"model '{self.spec.name}' version {self.version}: "
+                f"missing model file '{self.spec.default_model_filename}'"
+            )
+        return path
+
+
+class ModelHandler(abc.ABC):
+    """A loaded model instance.  ``execute`` runs in a worker thread, never on the event loop."""
+
+    def __init__(self, context: HandlerContext) -> None:
+        self.context = context
+        self.spec = context.spec
+        self.device = "cpu"
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load the model; raise ModelLoadError with a reason on failure."""
+
+    @abc.abstractmethod
+    def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
+        """Run a list of requests, returning exactly one result per request."""
+
+    def unload(self) -> None:
+        """Release the model (the Python backend calls ``finalize`` here)."""
+
+
+class TensorHandler(ModelHandler):
+    """A handler whose model maps input arrays to output arrays (ONNX, TorchScript).
+
+    Such models can run many requests as one batch: the scheduler concatenates
+    inputs along the batch dim and calls :meth:`run` once.
+    """
+
+    @abc.abstractmethod
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the model on named input arrays, returning every output."""
+
+    def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
+        results: list[RequestResult] = []
+        for request in requests:
+            try:
+                results.append(self.run(request.input_arrays()))
+            except ServingError as exc:
+                results.append(exc)
+        return results

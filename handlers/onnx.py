@@ -1,0 +1,153 @@
+"""ONNX Runtime handler: CUDA execution provider when present, CPU otherwise."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from handlers.base import HandlerContext, TensorHandler
+from runtime.datatypes import as_bytes_array
+from runtime.errors import InternalError, ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+_DATATYPE_BY_ORT_TYPE = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
+}
+
+
+def check_external_data(model_path: Path) -> None:
+    """Refuse ONNX external-data references that resolve outside the model's folder."""
+    import onnx
+
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a load failure
+        raise ModelLoadError(f"cannot parse ONNX model: {type(exc).__name__}: {exc}") from None
+    folder = model_path.parent.resolve()
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        tensors = list(graph.initializer)
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    tensors.append(attribute.t)
+                tensors.extend(attribute.tensors)
+                if attribute.HasField("g"):
+                    graphs.append(attribute.g)
+                graphs.extend(attribute.graphs)
+        for tensor in tensors:
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            target = (folder / location).resolve()
+            if not location or not target.is_relative_to(folder):
+                raise ModelLoadError(
+                    f"ONNX tensor '{tensor.name}' refers to external data outside the model folder"
+                )
+
+
+class OnnxRuntimeHandler(TensorHandler):
+    """Runs ``model.onnx`` with an onnxruntime InferenceSession."""
+
+    def __init__(self, context: HandlerContext) -> None:
+        super().__init__(context)
+        self.session = None
+        self._output_names: list[str] = []
+        self._string_inputs: set[str] = set()
+
+    def load(self) -> None:
+        import onnxruntime as ort
+
+        path = self.context.require_model_file()
+        check_external_data(path)
+        available = ort.get_available_providers()
+        providers = ["CPUExecutionProvider"]
+        if self.context.gpu_allowed and "CUDAExecutionProvider" in available:
+            providers = [
+                ("CUDAExecutionProvider", {"device_id": self.context.device_id}),
+                "CPUExecutionProvider",
+            ]
+        options = ort.SessionOptions()
+        params = self.spec.parameters
+        if params.get("intra_op_thread_count", "").isdigit():
+            options.intra_op_num_threads = int(params["intra_op_thread_count"])
+        if params.get("inter_op_thread_count", "").isdigit():
+            options.inter_op_num_threads = int(params["inter_op_thread_count"])
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
+            raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
+        used = self.session.get_providers()
+        self.device = f"cuda:{self.context.device_id}" if "CUDAExecutionProvider" in used else "cpu"
+        self._check_against_config()
+
+    def _check_against_config(self) -> None:
+        spec = self.spec
+        batch_rank = 1 if spec.max_batch_size > 0 else 0
+        session_inputs = {i.name: i for i in self.session.get_inputs()}
+        session_outputs = {o.name: o for o in self.session.get_outputs()}
+        for kind, declared, actual in (
+            ("input", spec.inputs, session_inputs),
+            ("output", spec.outputs, session_outputs),
+        ):
+            for tensor in declared:
+                node = actual.get(tensor.name)
+                if node is None:
+                    raise ModelLoadError(
+                        f"config {kind} '{tensor.name}' is not in the ONNX model "
+                        f"(it has {sorted(actual)})"
+                    )
+                model_type = _DATATYPE_BY_ORT_TYPE.get(node.type)
+                if model_type != tensor.datatype:
+                    raise ModelLoadError(
+                        f"config {kind} '{tensor.name}' is {tensor.datatype} but the model's is {node.type}"
+                    )
+                dims = tensor.reshape if tensor.reshape is not None else tensor.dims
+                if node.shape and len(node.shape) != batch_rank + len(dims):
+                    raise ModelLoadError(
+                        f"config {kind} '{tensor.name}' has rank {batch_rank + len(dims)} "
+                        f"(with batch dim) but the model's has rank {len(node.shape)}"
+                    )
+        declared_inputs = {t.name for t in spec.inputs}
+        missing = sorted(set(session_inputs) - declared_inputs)
+        if missing:
+            raise ModelLoadError(f"ONNX model inputs {missing} are not in the config")
+        self._output_names = [t.name for t in spec.outputs]
+        self._string_inputs = {t.name for t in spec.inputs if t.datatype == "BYTES"}
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {
+            name: (
+                np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(array)
+                if name in self._string_inputs
+                else array
+            )
+            for name, array in inputs.items()
+        }
+        try:
+            results = self.session.run(self._output_names, feeds)
+        except Exception as exc:  # noqa: BLE001
+            raise InternalError(f"onnxruntime execution failed: {exc}") from None
+        outputs = {}
+        for name, array in zip(self._output_names, results):
+            outputs[name] = as_bytes_array(array) if array.dtype == np.object_ else array
+        return outputs
+
+    def unload(self) -> None:
+        self.session = None

@@ -1,0 +1,305 @@
+"""Model configuration: ``config.pbtxt`` parsed with Triton's ModelConfig message.
+
+:func:`parse_model_config` turns the text into a :class:`ModelSpec`, the typed
+view every other module uses; the protobuf message is kept for the config
+endpoints and the Python backend's ``args["model_config"]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import FieldDescriptor
+from tritonclient.grpc import model_config_pb2
+
+from runtime.datatypes import DATATYPES, config_type_to_datatype
+from runtime.errors import ModelLoadError
+
+ModelConfig = model_config_pb2.ModelConfig
+
+# platform / backend string -> handler name and its default model file name.
+_HANDLER_BY_PLATFORM = {
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "python": "python",
+}
+_HANDLER_BY_BACKEND = {"onnxruntime": "onnxruntime", "pytorch": "pytorch", "python": "python"}
+_PLATFORM_BY_HANDLER = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "python": ""}
+DEFAULT_MODEL_FILENAMES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "python": "model.py"}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An input or output as the config declares it (dims exclude the batch dim)."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None
+    optional: bool = False
+    allow_ragged_batch: bool = False
+
+
+@dataclass(frozen=True)
+class InstanceGroupSpec:
+    kind: str  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
+    count: int
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Which numbered versions to serve: ``latest`` n, ``all``, or ``specific`` ones."""
+
+    kind: str = "latest"
+    num_versions: int = 1
+    versions: tuple[int, ...] = ()
+
+    def select(self, available: list[int]) -> list[int]:
+        """The versions to load, ascending, out of those on disk."""
+        ordered = sorted(set(available))
+        if self.kind == "all":
+            return ordered
+        if self.kind == "specific":
+            return [v for v in ordered if v in self.versions]
+        return ordered[-self.num_versions :] if self.num_versions > 0 else []
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    max_queue_size: int = 0  # 0: unbounded in Triton; we apply a server default
+    default_timeout_microseconds: int = 0
+    timeout_action: str = "REJECT"
+
+
+@dataclass(frozen=True)
+class DynamicBatchingSpec:
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_microseconds: int = 0
+    queue_policy: QueuePolicy = field(default_factory=QueuePolicy)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Typed, validated model configuration."""
+
+    name: str
+    handler: str  # onnxruntime | pytorch | python
+    platform: str
+    backend: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    instance_groups: tuple[InstanceGroupSpec, ...]
+    version_policy: VersionPolicy
+    dynamic_batching: DynamicBatchingSpec | None
+    parameters: dict[str, str]
+    default_model_filename: str
+    proto: ModelConfig = field(repr=False, compare=False)
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((t for t in self.inputs if t.name == name), None)
+
+    def output(self, name: str) -> TensorSpec | None:
+        return next((t for t in self.outputs if t.name == name), None)
+
+    @property
+    def instance_count(self) -> int:
+        return max(1, sum(group.count for group in self.instance_groups))
+
+    def to_json_dict(self) -> dict:
+        """The config as Triton's ``/config`` endpoint prints it (int64 fields as numbers)."""
+        return config_to_json_dict(self.proto)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_json_dict())
+
+
+def _tensor_spec(message, kind: str, model: str) -> TensorSpec:
+    if not message.name:
+        raise ModelLoadError(f"model '{model}': an {kind} has no name")
+    type_name = model_config_pb2.DataType.Name(message.data_type)
+    if type_name == "TYPE_INVALID":
+        raise ModelLoadError(f"model '{model}': {kind} '{message.name}' has no data_type")
+    datatype = config_type_to_datatype(type_name)
+    if datatype not in DATATYPES:
+        raise ModelLoadError(
+            f"model '{model}': {kind} '{message.name}' has unsupported data_type {type_name}"
+        )
+    dims = tuple(int(d) for d in message.dims)
+    if any(d < -1 for d in dims):
+        raise ModelLoadError(f"model '{model}': {kind} '{message.name}' has invalid dims {list(dims)}")
+    reshape = tuple(int(d) for d in message.reshape.shape) if message.HasField("reshape") else None
+    return TensorSpec(
+        name=message.name,
+        datatype=datatype,
+        dims=dims,
+        reshape=reshape,
+        optional=bool(getattr(message, "optional", False)),
+        allow_ragged_batch=bool(getattr(message, "allow_ragged_batch", False)),
+    )
+
+
+def _version_policy(config: ModelConfig) -> VersionPolicy:
+    which = config.version_policy.WhichOneof("policy_choice")
+    if which == "all":
+        return VersionPolicy(kind="all")
+    if which == "specific":
+        return VersionPolicy(kind="specific", versions=tuple(config.version_policy.specific.versions))
+    if which == "latest":
+        return VersionPolicy(kind="latest", num_versions=config.version_policy.latest.num_versions)
+    return VersionPolicy()
+
+
+def _dynamic_batching(config: ModelConfig) -> DynamicBatchingSpec | None:
+    if not config.HasField("dynamic_batching"):
+        return None
+    batching = config.dynamic_batching
+    policy = batching.default_queue_policy
+    return DynamicBatchingSpec(
+        preferred_batch_sizes=tuple(batching.preferred_batch_size),
+        max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
+        queue_policy=QueuePolicy(
+            max_queue_size=policy.max_queue_size,
+            default_timeout_microseconds=policy.default_timeout_microseconds,
+            timeout_action=model_config_pb2.ModelQueuePolicy.TimeoutAction.Name(policy.timeout_action),
+        ),
+    )
+
+
+def _handler_name(config: ModelConfig, model: str) -> str:
+    by_platform = _HANDLER_BY_PLATFORM.get(config.platform) if config.platform else None
+    by_backend = _HANDLER_BY_BACKEND.get(config.backend) if config.backend else None
+    if config.platform and by_platform is None:
+        raise ModelLoadError(f"model '{model}': unknown platform '{config.platform}'")
+    if config.backend and by_backend is None:
+        raise ModelLoadError(f"model '{model}': unknown backend '{config.backend}'")
+    if by_platform and by_backend and by_platform != by_backend:
+        raise ModelLoadError(
+            f"model '{model}': platform '{config.platform}' does not match backend '{config.backend}'"
+        )
+    handler = by_platform or by_backend
+    if handler is None:
+        raise ModelLoadError(f"model '{model}': config sets neither platform nor backend")
+    return handler
+
+
+def _check_file_name(file_name: str, model: str) -> str:
+    if not file_name or "/" in file_name or "\\" in file_name or file_name in (".", ".."):
+        raise ModelLoadError(f"model '{model}': invalid default_model_filename '{file_name}'")
+    return file_name
+
+
+def parse_model_config(text: str, folder_name: str) -> ModelSpec:
+    """Parse ``config.pbtxt`` text for the model in folder ``folder_name``.
+
+    Raises ModelLoadError with a client-presentable reason for any problem.
+    """
+    config = ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise ModelLoadError(f"model '{folder_name}': config.pbtxt syntax error: {exc}") from None
+    if config.name and config.name != folder_name:
+        raise ModelLoadError(
+            f"model '{folder_name}': config name '{config.name}' does not match its folder name"
+        )
+    config.name = folder_name
+    handler = _handler_name(config, folder_name)
+    if not config.backend:
+        config.backend = handler
+    if not config.platform and _PLATFORM_BY_HANDLER[handler]:
+        config.platform = _PLATFORM_BY_HANDLER[handler]
+    if config.max_batch_size < 0:
+        raise ModelLoadError(f"model '{folder_name}': max_batch_size must not be negative")
+    inputs = tuple(_tensor_spec(m, "input", folder_name) for m in config.input)
+    outputs = tuple(_tensor_spec(m, "output", folder_name) for m in config.output)
+    for kind, tensors in (("input", inputs), ("output", outputs)):
+        names = [t.name for t in tensors]
+        if len(names) != len(set(names)):
+            raise ModelLoadError(f"model '{folder_name}': duplicate {kind} names")
+    if handler != "python" and (not inputs or not outputs):
+        raise ModelLoadError(f"model '{folder_name}': config must declare its inputs and outputs")
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if not config.instance_group:
+        config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_AUTO)
+    groups = []
+    for index, group in enumerate(config.instance_group):
+        if group.count == 0:
+            group.count = 1
+        if group.count < 0:
+            raise ModelLoadError(f"model '{folder_name}': instance_group count must be positive")
+        if not group.name:
+            group.name = f"{folder_name}_{index}"
+        groups.append(
+            InstanceGroupSpec(
+                kind=model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind),
+                count=group.count,
+                gpus=tuple(group.gpus),
+            )
+        )
+    batching = _dynamic_batching(config)
+    if batching and config.max_batch_size == 0:
+        raise ModelLoadError(f"model '{folder_name}': dynamic_batching needs max_batch_size > 0")
+    file_name = _check_file_name(
+        config.default_model_filename or DEFAULT_MODEL_FILENAMES[handler], folder_name
+    )
+    return ModelSpec(
+        name=folder_name,
+        handler=handler,
+        platform=config.platform,
+        backend=config.backend,
+        max_batch_size=config.max_batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        instance_groups=tuple(groups),
+        version_policy=_version_policy(config),
+        dynamic_batching=batching,
+        parameters={key: value.string_value for key, value in config.parameters.items()},
+        default_model_filename=file_name,
+        proto=config,
+    )
+
+
+_INT64_TYPES = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+
+
+def _numbers_for_int64(value: object, descriptor) -> object:
+    """Walk json_format output and turn int64 strings back into numbers, as Triton prints them."""
+    if not isinstance(value, dict):
+        return value
+    for key, item in value.items():
+        field_descriptor = descriptor.fields_by_name.get(key)
+        if field_descriptor is None:
+            continue
+        if field_descriptor.type in _INT64_TYPES:
+            value[key] = [int(x) for x in item] if isinstance(item, list) else int(item)
+        elif field_descriptor.message_type is not None:
+            sub = field_descriptor.message_type
+            if sub.GetOptions().map_entry:
+                value_field = sub.fields_by_name["value"]
+                if value_field.message_type is not None:
+                    for map_key in item:
+                        _numbers_for_int64(item[map_key], value_field.message_type)
+            elif isinstance(item, list):
+                for element in item:
+                    _numbers_for_int64(element, sub)
+            else:
+                _numbers_for_int64(item, sub)
+    return value
+
+
+def config_to_json_dict(config: ModelConfig) -> dict:
+    data = json_format.MessageToDict(
+        config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return _numbers_for_int64(data, config.DESCRIPTOR)

@@ -1,0 +1,126 @@
+"""The inference core: every protocol adapter calls this, and it knows no protocol."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from runtime import __version__
+from runtime.config import ModelSpec
+from runtime.datatypes import datatype_of
+from runtime.errors import InternalError, ServingError
+from runtime.manager import ModelManager
+from runtime.model import ModelVersion
+from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from runtime.validation import expected_shape, validate_request
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "serverless-triton"
+EXTENSIONS = ("model_repository", "model_configuration", "binary_tensor_data", "schedule_policy", "statistics")
+
+
+class InferenceService:
+    """Health, metadata, config and inference over a :class:`ModelManager`."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+        self.initial_load_done = False
+        self.shutting_down = False
+
+    # -- health and metadata -------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.initial_load_done and not self.shutting_down
+
+    def server_metadata(self) -> dict:
+        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        if self.shutting_down:
+            return False
+        try:
+            self.manager.get(name, version)
+        except ServingError:
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str = "") -> dict:
+        model = self.manager.get(name, version)
+        entry = self.manager.entry(name)
+        spec = model.spec
+        return {
+            "name": name,
+            "versions": [str(v) for v in entry.ready_versions()],
+            "platform": spec.platform or spec.backend,
+            "inputs": [
+                {"name": t.name, "datatype": t.datatype, "shape": expected_shape(spec, t)} for t in spec.inputs
+            ],
+            "outputs": [
+                {"name": t.name, "datatype": t.datatype, "shape": expected_shape(spec, t)} for t in spec.outputs
+            ],
+        }
+
+    def model_config(self, name: str, version: str = "") -> ModelSpec:
+        return self.manager.get(name, version).spec
+
+    def repository_index(self, ready_only: bool = False) -> list[dict]:
+        rows = self.manager.index()
+        return [row for row in rows if row.get("state") == "READY"] if ready_only else rows
+
+    # -- inference -------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        model = self.manager.get(request.model_name, request.model_version)
+        validate_request(model.spec, request)
+        _reshape_inputs(model.spec, request)
+        (result,) = await model.execute([request])
+        if isinstance(result, ServingError):
+            raise result
+        return self._response(model, request, result)
+
+    def _response(self, model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray]) -> InferResponse:
+        spec = model.spec
+        wanted = request.outputs or [RequestedOutput(name) for name in _output_names(spec, arrays)]
+        outputs: list[InferTensor] = []
+        for requested in wanted:
+            array = arrays.get(requested.name)
+            if array is None:
+                raise InternalError(f"model '{spec.name}' did not produce output '{requested.name}'")
+            declared = spec.output(requested.name)
+            if declared is not None and declared.reshape is not None and declared.dims.count(-1) <= 1:
+                batch = [array.shape[0]] if spec.max_batch_size > 0 else []
+                array = array.reshape(batch + list(declared.dims))
+            outputs.append(
+                InferTensor(
+                    name=requested.name,
+                    datatype=datatype_of(array),
+                    shape=tuple(int(d) for d in array.shape),
+                    data=array,
+                    parameters=dict(requested.parameters),
+                )
+            )
+        return InferResponse(
+            model_name=spec.name,
+            model_version=str(model.version),
+            id=request.id,
+            outputs=outputs,
+        )
+
+
+def _output_names(spec: ModelSpec, arrays: dict[str, np.ndarray]) -> list[str]:
+    declared = [t.name for t in spec.outputs if t.name in arrays]
+    return declared + [name for name in arrays if spec.output(name) is None]
+
+
+def _reshape_inputs(spec: ModelSpec, request: InferRequest) -> None:
+    for tensor in request.inputs:
+        declared = spec.input(tensor.name)
+        if declared is not None and declared.reshape is not None:
+            batch = [tensor.data.shape[0]] if spec.max_batch_size > 0 else []
+            try:
+                tensor.data = tensor.data.reshape(batch + list(declared.reshape))
+            except ValueError:
+                raise InternalError(f"input '{tensor.name}' cannot be reshaped to {list(declared.reshape)}") from None

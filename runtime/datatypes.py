@@ -1,0 +1,209 @@
+"""Tensor datatypes of the V2 protocol and their numpy counterparts.
+
+Also the wire encodings shared by every protocol adapter: raw little-endian
+buffers and Triton's length-prefixed BYTES serialization.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
+from runtime.errors import InvalidArgument
+
+# V2 datatype -> numpy dtype.  BYTES tensors are numpy object arrays of bytes.
+_NUMPY_BY_DATATYPE: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+_DATATYPE_BY_NUMPY: dict[np.dtype, str] = {v: k for k, v in _NUMPY_BY_DATATYPE.items()}
+
+DATATYPES: frozenset[str] = frozenset(_NUMPY_BY_DATATYPE)
+
+# Largest number of elements we accept in one tensor (guards shape-product overflow).
+MAX_ELEMENTS = 1 << 40
+
+
+def config_type_to_datatype(config_type: str) -> str:
+    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``."""
+    name = config_type.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def datatype_to_config_type(datatype: str) -> str:
+    """``FP32`` -> ``TYPE_FP32``; ``BYTES`` -> ``TYPE_STRING``."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
+def numpy_dtype(datatype: str) -> np.dtype:
+    """The numpy dtype of a V2 datatype, or InvalidArgument if there is none."""
+    try:
+        return _NUMPY_BY_DATATYPE[datatype]
+    except KeyError:
+        raise InvalidArgument(f"unsupported datatype '{datatype}'") from None
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """The V2 datatype of a numpy array (unicode and bytes arrays are BYTES)."""
+    if array.dtype.kind in ("U", "S", "O"):
+        return "BYTES"
+    try:
+        return _DATATYPE_BY_NUMPY[array.dtype]
+    except KeyError:
+        raise InvalidArgument(f"numpy dtype {array.dtype} has no V2 datatype") from None
+
+
+def element_count(shape: Sequence[int]) -> int:
+    """Product of a shape, refusing negative dims and absurd sizes."""
+    count = 1
+    for dim in shape:
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+            raise InvalidArgument(f"shape {list(shape)} has an invalid dimension {dim!r}")
+        count *= dim
+        if count > MAX_ELEMENTS:
+            raise InvalidArgument(f"shape {list(shape)} has too many elements")
+    return count
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Triton's BYTES encoding: each element as a 4-byte little-endian length, then its bytes."""
+    parts: list[bytes] = []
+    for item in array.reshape(-1):
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes(buffer: bytes | memoryview, count: int) -> np.ndarray:
+    """Decode ``count`` length-prefixed elements, requiring the buffer to hold exactly them."""
+    view = memoryview(buffer)
+    items: list[bytes] = []
+    offset = 0
+    for _ in range(count):
+        if offset + 4 > len(view):
+            raise InvalidArgument("BYTES tensor data ends inside an element length prefix")
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > len(view):
+            raise InvalidArgument("BYTES tensor element runs past the end of its data")
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    if offset != len(view):
+        raise InvalidArgument(
+            f"BYTES tensor data holds {len(view) - offset} bytes beyond its {count} elements"
+        )
+    result = np.empty(count, dtype=np.object_)
+    result[:] = items
+    return result
+
+
+def array_from_buffer(datatype: str, shape: Sequence[int], buffer: bytes | memoryview) -> np.ndarray:
+    """Build an array from raw tensor bytes, checking that the size matches the shape."""
+    count = element_count(shape)
+    dtype = numpy_dtype(datatype)
+    if datatype == "BYTES":
+        return deserialize_bytes(buffer, count).reshape(shape)
+    expected = count * dtype.itemsize
+    if len(buffer) != expected:
+        raise InvalidArgument(
+            f"unexpected byte size {len(buffer)} for tensor of datatype {datatype} and shape "
+            f"{list(shape)}: expected {expected}"
+        )
+    return np.frombuffer(buffer, dtype=dtype.newbyteorder("<")).reshape(shape)
+
+
+def _flatten(data: object) -> list:
+    """Flatten nested JSON lists iteratively (no recursion on attacker-controlled depth)."""
+    if not isinstance(data, list):
+        return [data]
+    flat: list = []
+    stack: list = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def array_from_values(datatype: str, shape: Sequence[int], data: object) -> np.ndarray:
+    """Build an array from JSON values (flat or nested, row-major)."""
+    count = element_count(shape)
+    dtype = numpy_dtype(datatype)
+    values = _flatten(data)
+    if len(values) != count:
+        raise InvalidArgument(
+            f"tensor of shape {list(shape)} needs {count} elements, got {len(values)}"
+        )
+    if datatype == "BYTES":
+        result = np.empty(count, dtype=np.object_)
+        for index, value in enumerate(values):
+            if isinstance(value, str):
+                result[index] = value.encode("utf-8")
+            elif isinstance(value, bytes):
+                result[index] = value
+            else:
+                raise InvalidArgument("BYTES tensor data must be strings")
+        return result.reshape(shape)
+    _check_json_values(datatype, values)
+    try:
+        return np.asarray(values, dtype=dtype).reshape(shape)
+    except (OverflowError, ValueError, TypeError) as exc:
+        raise InvalidArgument(f"tensor data does not fit datatype {datatype}: {exc}") from None
+
+
+def _check_json_values(datatype: str, values: list) -> None:
+    if datatype == "BOOL":
+        ok = all(isinstance(v, bool) for v in values)
+    elif datatype.startswith(("INT", "UINT")):
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    else:
+        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if not ok:
+        raise InvalidArgument(f"tensor data holds values that are not of datatype {datatype}")
+
+
+def array_to_buffer(array: np.ndarray, datatype: str) -> bytes:
+    """Raw little-endian bytes of a tensor (BYTES: length-prefixed elements)."""
+    if datatype == "BYTES":
+        return serialize_bytes(array)
+    return np.ascontiguousarray(array, dtype=numpy_dtype(datatype).newbyteorder("<")).tobytes()
+
+
+def array_to_values(array: np.ndarray, datatype: str) -> list:
+    """Flat JSON values of a tensor (BYTES as UTF-8 strings)."""
+    flat = array.reshape(-1)
+    if datatype == "BYTES":
+        return [
+            item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
+            for item in flat
+        ]
+    return flat.tolist()
+
+
+def as_bytes_array(array: np.ndarray) -> np.ndarray:
+    """Normalise a str/bytes/object array to an object array of bytes."""
+    if array.dtype == np.object_ and all(isinstance(x, bytes) for x in array.reshape(-1)):
+        return array
+    result = np.empty(array.shape, dtype=np.object_)
+    flat = result.reshape(-1)
+    for index, item in enumerate(array.reshape(-1)):
+        flat[index] = item if isinstance(item, bytes) else str(item).encode("utf-8")
+    return result

@@ -1,0 +1,76 @@
+"""One error hierarchy for the whole runtime.
+
+Every error carries a protocol-neutral :class:`Status`; each protocol adapter
+maps it to its own code (HTTP status, gRPC status code).  Messages are meant
+for clients: they never contain tracebacks or internal paths.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.Enum):
+    """Protocol-neutral status, named after Triton's TRITONSERVER_Error codes."""
+
+    INVALID_ARG = "INVALID_ARG"
+    NOT_FOUND = "NOT_FOUND"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    INTERNAL = "INTERNAL"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    CANCELLED = "CANCELLED"
+
+
+class ServingError(Exception):
+    """Base class of every error a client may see."""
+
+    status: Status = Status.INTERNAL
+
+    def __init__(self, message: str, status: Status | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(ServingError):
+    status = Status.INVALID_ARG
+
+
+class NotFound(ServingError):
+    status = Status.NOT_FOUND
+
+
+class Unavailable(ServingError):
+    status = Status.UNAVAILABLE
+
+
+class Unsupported(ServingError):
+    status = Status.UNSUPPORTED
+
+
+class InternalError(ServingError):
+    status = Status.INTERNAL
+
+
+class Unauthenticated(ServingError):
+    status = Status.UNAUTHENTICATED
+
+
+class ResourceExhausted(ServingError):
+    status = Status.RESOURCE_EXHAUSTED
+
+
+class DeadlineExceeded(ServingError):
+    status = Status.DEADLINE_EXCEEDED
+
+
+class ModelLoadError(Exception):
+    """A model could not be loaded; the message becomes its UNAVAILABLE reason."""

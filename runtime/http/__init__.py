@@ -1,0 +1,1 @@
+"""HTTP/REST adapter (KServe V2 / Triton) over the inference core."""

@@ -1,0 +1,144 @@
+"""The V2 REST endpoints as a Starlette app: a thin adapter over :class:`InferenceService`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from runtime.core import InferenceService
+from runtime.errors import InvalidArgument, ServingError, Status
+from runtime.http.body import DEFAULT_MAX_BODY_BYTES, compress, read_body
+from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
+
+logger = logging.getLogger(__name__)
+
+HTTP_STATUS = {
+    Status.INVALID_ARG: 400,
+    Status.NOT_FOUND: 404,
+    Status.UNAVAILABLE: 503,
+    Status.UNSUPPORTED: 501,
+    Status.INTERNAL: 500,
+    Status.UNAUTHENTICATED: 401,
+    Status.RESOURCE_EXHAUSTED: 413,
+    Status.ALREADY_EXISTS: 409,
+    Status.DEADLINE_EXCEEDED: 504,
+    Status.CANCELLED: 499,
+}
+# Decode big bodies off the event loop so one large request cannot stall the others.
+_OFFLOAD_BYTES = 1 << 20
+
+
+def error_response(error: ServingError) -> JSONResponse:
+    return JSONResponse({"error": error.message}, status_code=HTTP_STATUS.get(error.status, 500))
+
+
+class V2Endpoints:
+    """Route handlers; each one parses, calls the core, and encodes."""
+
+    def __init__(self, service: InferenceService, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.service = service
+        self.max_body_bytes = max_body_bytes
+
+    @staticmethod
+    def _model(request: Request) -> tuple[str, str]:
+        return request.path_params["model_name"], request.path_params.get("model_version", "")
+
+    async def live(self, request: Request) -> Response:
+        return Response(status_code=200 if self.service.live() else 400)
+
+    async def ready(self, request: Request) -> Response:
+        if self.service.shutting_down:
+            return Response(status_code=503)
+        return Response(status_code=200 if self.service.ready() else 400)
+
+    async def server_metadata(self, request: Request) -> Response:
+        return JSONResponse(self.service.server_metadata())
+
+    async def model_metadata(self, request: Request) -> Response:
+        return JSONResponse(self.service.model_metadata(*self._model(request)))
+
+    async def model_ready(self, request: Request) -> Response:
+        return Response(status_code=200 if self.service.model_ready(*self._model(request)) else 400)
+
+    async def model_config(self, request: Request) -> Response:
+        return JSONResponse(self.service.model_config(*self._model(request)).to_json_dict())
+
+    async def repository_index(self, request: Request) -> Response:
+        body = await read_body(request, 1 << 16)
+        ready_only = False
+        if body.strip():
+            options = parse_json(body)
+            if not isinstance(options, dict) or not isinstance(options.get("ready", False), bool):
+                raise InvalidArgument("repository index options must be a JSON object with a boolean 'ready'")
+            ready_only = options.get("ready", False)
+        return JSONResponse(self.service.repository_index(ready_only))
+
+    async def infer(self, request: Request) -> Response:
+        name, version = self._model(request)
+        body = await read_body(request, self.max_body_bytes)
+        header_length = request.headers.get(HEADER_LENGTH)
+        if len(body) > _OFFLOAD_BYTES:
+            infer_request, binary_default = await asyncio.to_thread(
+                decode_infer_request, body, header_length, name, version
+            )
+        else:
+            infer_request, binary_default = decode_infer_request(body, header_length, name, version)
+        response = await self.service.infer(infer_request)
+        payload, json_length = encode_infer_response(response, binary_default)
+        headers = {}
+        if json_length is not None:
+            headers[HEADER_LENGTH] = str(json_length)
+        payload, encoding = compress(payload, request.headers.get("accept-encoding", ""))
+        if encoding:
+            headers["Content-Encoding"] = encoding
+        media_type = "application/octet-stream" if json_length is not None else "application/json"
+        return Response(payload, headers=headers, media_type=media_type)
+
+
+async def _serving_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServingError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    logger.exception("unexpected error serving %s %s", request.method, request.url.path)
+    return JSONResponse({"error": "internal server error"}, status_code=500)
+
+
+def create_http_app(service: InferenceService, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
+    """The Starlette application serving the V2 REST protocol."""
+    endpoints = V2Endpoints(service, max_body_bytes)
+    model = "/v2/models/{model_name}"
+    versioned = model + "/versions/{model_version}"
+    routes = [
+        Route("/v2/health/live", endpoints.live, methods=["GET"]),
+        Route("/v2/health/ready", endpoints.ready, methods=["GET"]),
+        Route("/v2", endpoints.server_metadata, methods=["GET"]),
+        Route("/v2/repository/index", endpoints.repository_index, methods=["POST"]),
+    ]
+    for prefix in (model, versioned):
+        routes += [
+            Route(prefix, endpoints.model_metadata, methods=["GET"]),
+            Route(prefix + "/ready", endpoints.model_ready, methods=["GET"]),
+            Route(prefix + "/config", endpoints.model_config, methods=["GET"]),
+            Route(prefix + "/infer", endpoints.infer, methods=["POST"]),
+        ]
+    return Starlette(
+        routes=routes,
+        exception_handlers={
+            ServingError: _serving_error,
+            HTTPException: _http_error,
+            Exception: _unexpected_error,
+        },
+    )

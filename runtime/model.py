@@ -1,0 +1,123 @@
+"""A loaded model version: its handler instances and the way requests reach them."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from handlers import HandlerContext, ModelHandler, RequestResult, handler_class
+from runtime.config import ModelSpec
+from runtime.errors import ModelLoadError, Unavailable
+from runtime.types import InferRequest
+
+logger = logging.getLogger(__name__)
+
+
+class ModelState(enum.Enum):
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass
+class ModelVersion:
+    """One version of one model, with ``instance_count`` handler instances."""
+
+    spec: ModelSpec
+    version: int
+    state: ModelState = ModelState.LOADING
+    reason: str = ""
+    instances: list[ModelHandler] = field(default_factory=list)
+    _idle: asyncio.Queue | None = field(default=None, repr=False)
+    _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
+    _in_flight: int = 0
+    _drained: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY
+
+    @property
+    def device(self) -> str:
+        return self.instances[0].device if self.instances else "-"
+
+    def load(self, contexts: list[HandlerContext]) -> None:
+        """Create and load every instance (blocking: call from a worker thread)."""
+        cls = handler_class(self.spec.handler)
+        try:
+            for context in contexts:
+                instance = cls(context)
+                instance.load()
+                self.instances.append(instance)
+        except ModelLoadError as exc:
+            self._unload_instances()
+            self.state, self.reason = ModelState.UNAVAILABLE, str(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a handler bug must not take the server down
+            logger.exception("unexpected error loading model '%s' version %d", self.name, self.version)
+            self._unload_instances()
+            self.state, self.reason = ModelState.UNAVAILABLE, f"load failed: {type(exc).__name__}: {exc}"
+            return
+        self._executor = ThreadPoolExecutor(
+            max_workers=len(self.instances), thread_name_prefix=f"{self.name}-v{self.version}"
+        )
+        self.state, self.reason = ModelState.READY, ""
+
+    def bind_loop(self) -> None:
+        """Create the idle-instance queue on the running event loop."""
+        self._idle = asyncio.Queue()
+        for instance in self.instances:
+            self._idle.put_nowait(instance)
+        self._drained.set()
+
+    async def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
+        """Run requests on the next idle instance, in a worker thread."""
+        if not self.ready or self._idle is None:
+            raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
+        self._in_flight += 1
+        self._drained.clear()
+        try:
+            instance = await self._idle.get()
+            try:
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self._executor, instance.execute, requests)
+            finally:
+                self._idle.put_nowait(instance)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._drained.set()
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait for in-flight requests to finish; False on timeout."""
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    def unload(self) -> None:
+        """Release every instance (blocking: finalize may run user code)."""
+        self._unload_instances()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+        if self.state is not ModelState.UNAVAILABLE:
+            self.state = ModelState.UNAVAILABLE
+            self.reason = "unloaded"
+
+    def _unload_instances(self) -> None:
+        for instance in self.instances:
+            try:
+                instance.unload()
+            except Exception:  # noqa: BLE001
+                logger.exception("error unloading model '%s' version %d", self.name, self.version)
+        self.instances.clear()

@@ -1,0 +1,75 @@
+"""A local model repository in Triton's layout: ``<root>/<model>/config.pbtxt``, ``<root>/<model>/<N>/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.config import ModelSpec, parse_model_config
+from runtime.errors import ModelLoadError
+
+CONFIG_FILE = "config.pbtxt"
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def is_version_folder_name(name: str) -> bool:
+    """Triton version folders are positive decimal integers."""
+    return name.isascii() and name.isdigit() and int(name) > 0
+
+
+def is_model_folder_name(name: str) -> bool:
+    return bool(name) and not name.startswith(".") and name not in ("..",)
+
+
+class ModelRepository:
+    """Reads model folders of a repository on local disk; never follows client input."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).resolve()
+
+    def model_names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            entry.name
+            for entry in self.root.iterdir()
+            if entry.is_dir() and is_model_folder_name(entry.name) and self._inside(entry)
+        )
+
+    def _inside(self, path: Path) -> bool:
+        """True if ``path`` resolves inside the repository (refuses symlinks out of it)."""
+        return path.resolve().is_relative_to(self.root)
+
+    def model_dir(self, name: str) -> Path:
+        return self.root / name
+
+    def read_spec(self, name: str) -> ModelSpec:
+        """Parse the model's config.pbtxt; ModelLoadError with the reason on failure."""
+        config_path = self.model_dir(name) / CONFIG_FILE
+        if not config_path.is_file() or not self._inside(config_path):
+            raise ModelLoadError(f"model '{name}': no {CONFIG_FILE}")
+        if config_path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ModelLoadError(f"model '{name}': {CONFIG_FILE} is larger than {MAX_CONFIG_BYTES} bytes")
+        try:
+            text = config_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(f"model '{name}': cannot read {CONFIG_FILE}: {exc.__class__.__name__}") from None
+        return parse_model_config(text, name)
+
+    def versions_on_disk(self, name: str) -> list[int]:
+        folder = self.model_dir(name)
+        return sorted(
+            int(entry.name)
+            for entry in folder.iterdir()
+            if entry.is_dir() and is_version_folder_name(entry.name) and self._inside(entry)
+        )
+
+    def select_versions(self, spec: ModelSpec) -> list[int]:
+        """The versions the config's version_policy picks from those on disk."""
+        on_disk = self.versions_on_disk(spec.name)
+        selected = spec.version_policy.select(on_disk)
+        if not selected:
+            raise ModelLoadError(
+                f"model '{spec.name}': no version folder matches its version_policy "
+                f"(on disk: {on_disk or 'none'})"
+            )
+        return selected

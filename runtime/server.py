@@ -1,0 +1,80 @@
+"""Runs the servers over one inference core until told to stop, then drains."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config as HypercornConfig
+
+from runtime.core import InferenceService
+from runtime.http.app import create_http_app
+from runtime.http.body import DEFAULT_MAX_BODY_BYTES
+from runtime.manager import ModelManager
+from runtime.repository import ModelRepository
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerOptions:
+    """What the servers need; bootstrap builds it from function.yaml and flags."""
+
+    model_repository: Path
+    host: str = "0.0.0.0"
+    http_port: int | None = 8000
+    use_gpu: bool = True
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    shutdown_timeout: float = 30.0
+
+
+def _hypercorn_config(options: ServerOptions) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [f"{options.host}:{options.http_port}"]
+    config.graceful_timeout = options.shutdown_timeout
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.keep_alive_timeout = 75
+    return config
+
+
+class Server:
+    """The inference core plus its protocol endpoints."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.manager = ModelManager(ModelRepository(options.model_repository), use_gpu=options.use_gpu)
+        self.service = InferenceService(self.manager)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve, load the repository, wait for ``stop``, then drain and finalize."""
+        tasks: list[asyncio.Task] = []
+        servers_stop = asyncio.Event()
+        if self.options.http_port is not None:
+            app = create_http_app(self.service, self.options.max_body_bytes)
+            config = _hypercorn_config(self.options)
+            tasks.append(asyncio.create_task(hypercorn_serve(app, config, shutdown_trigger=servers_stop.wait)))
+            logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", self.options.host, self.options.http_port)
+        loader = asyncio.create_task(self._initial_load())
+        stopped = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopped and task.exception() is not None:
+                logger.error("a server stopped unexpectedly: %s", task.exception())
+        logger.info("shutting down: draining in-flight requests")
+        self.service.shutting_down = True
+        servers_stop.set()
+        if not loader.done():
+            loader.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.manager.unload_all(self.options.shutdown_timeout)
+        logger.info("stopped")
+
+    async def _initial_load(self) -> None:
+        await self.manager.load_all()
+        self.service.initial_load_done = True
+        ready = sum(1 for row in self.manager.index() if row.get("state") == "READY")
+        logger.info("initial load finished: %d model version(s) ready", ready)
