@@ -145,7 +145,7 @@ class OnnxRuntimeHandler(TensorHandler):
         except Exception as exc:  # noqa: BLE001
             raise InternalError(f"onnxruntime execution failed: {exc}") from None
         outputs = {}
-        for name, array in zip(self._output_names, results):
+        for name, array in zip(self._output_names, results, strict=True):
             outputs[name] = as_bytes_array(array) if array.dtype == np.object_ else array
         return outputs
 

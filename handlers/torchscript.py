@@ -60,7 +60,7 @@ class TorchScriptHandler(TensorHandler):
             )
         return {
             spec.name: value.detach().to("cpu").numpy()
-            for spec, value in zip(self.spec.outputs, values)
+            for spec, value in zip(self.spec.outputs, values, strict=False)
         }
 
     def unload(self) -> None:

@@ -8,7 +8,7 @@ from runtime.types import InferRequest
 
 
 def shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
-    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims))
+    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
 
 
 def expected_shape(spec: ModelSpec, tensor: TensorSpec) -> list[int]:

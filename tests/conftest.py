@@ -1,0 +1,116 @@
+"""Shared fixtures: one repository with good and broken models, served by a real server."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from examples.build_models import EXAMPLE_REPOSITORY, build_add_sub_onnx, build_example_models
+from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source, write_model
+
+ONNX_ADD_SUB_CONFIG = """
+    platform: "onnxruntime_onnx"
+    max_batch_size: 8
+    input [
+      { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+      { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+    ]
+    output [
+      { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+      { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+    ]
+"""
+
+VERSION_PYTHON = python_model_source(
+    """
+    version = int(self.args["model_version"])
+    return [
+        pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.full([1], version, dtype=np.float32))])
+        for _ in requests
+    ]
+    """
+)
+
+
+def add_test_models(repository: Path) -> None:
+    """Models beside the examples: broken ones, versioned ones, misbehaving Python ones."""
+    build_add_sub_onnx(repository / "simple_int32" / "1" / "model.onnx", datatype="INT32")
+    write_model(repository, "simple_int32", ONNX_ADD_SUB_CONFIG)
+
+    write_model(repository, "broken_syntax", 'platform: "onnxruntime_onnx"\nmax_batch_size: {\n')
+    write_model(repository, "unknown_platform", 'platform: "tensorflow_savedmodel"\n', {"1/model.savedmodel": "x"})
+    missing = write_model(repository, "missing_file", ONNX_ADD_SUB_CONFIG)
+    (missing / "1").mkdir()
+    write_model(repository, "name_mismatch", 'name: "another_name"\n' + IDENTITY_PYTHON_CONFIG,
+                {"1/model.py": python_model_source("return []")})
+    good = (repository / "simple_int32" / "1" / "model.onnx").read_bytes()
+    write_model(repository, "truncated_onnx", ONNX_ADD_SUB_CONFIG, {"1/model.onnx": good[: len(good) // 2]})
+    write_model(repository, "import_error_python", IDENTITY_PYTHON_CONFIG,
+                {"1/model.py": "import module_that_does_not_exist\n"})
+
+    write_model(repository, "wrong_count_python", IDENTITY_PYTHON_CONFIG,
+                {"1/model.py": python_model_source("return []")})
+    write_model(repository, "raising_python", IDENTITY_PYTHON_CONFIG,
+                {"1/model.py": python_model_source("raise ValueError('boom from user code')")})
+    write_model(
+        repository,
+        "error_response_python",
+        IDENTITY_PYTHON_CONFIG,
+        {"1/model.py": python_model_source(
+            "return [pb_utils.InferenceResponse(error=pb_utils.TritonError('IN must be positive', "
+            "pb_utils.TritonError.INVALID_ARG)) for _ in requests]"
+        )},
+    )
+    write_model(
+        repository,
+        "args_python",
+        IDENTITY_PYTHON_CONFIG.replace('"OUT" data_type: TYPE_FP32', '"OUT" data_type: TYPE_STRING'),
+        {"1/model.py": python_model_source(
+            "return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', "
+            "np.array([json.dumps(self.args).encode()], dtype=object))]) for _ in requests]"
+        )},
+    )
+    write_model(
+        repository,
+        "versioned_python",
+        IDENTITY_PYTHON_CONFIG + "version_policy: { specific { versions: [ 1, 3 ] } }\n",
+        {f"{v}/model.py": VERSION_PYTHON for v in (1, 2, 3)},
+    )
+    write_model(
+        repository,
+        "latest_two_python",
+        IDENTITY_PYTHON_CONFIG + "version_policy: { latest { num_versions: 2 } }\n",
+        {f"{v}/model.py": VERSION_PYTHON for v in (1, 2, 3, 10)},
+    )
+    write_model(repository, "default_policy_python", IDENTITY_PYTHON_CONFIG,
+                {f"{v}/model.py": VERSION_PYTHON for v in (2, 7)} | {"notaversion/model.py": "raise SystemExit"})
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the example repository with its models built, plus the test models."""
+    root = tmp_path_factory.mktemp("repo") / "models"
+    shutil.copytree(EXAMPLE_REPOSITORY, root, ignore=shutil.ignore_patterns("model.onnx", "model.pt"))
+    build_example_models(root)
+    add_test_models(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def server(repository: Path):
+    """One real server (HTTP on a loopback port) for the whole session."""
+    process = ServerProcess(repository, "--device", "cpu").start()
+    yield process
+    code = process.stop()
+    assert code == 0, process.log()
+
+
+@pytest.fixture(scope="session")
+def http_client(server: ServerProcess):
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(server.http_url)
+    yield client
+    client.close()

@@ -1,0 +1,160 @@
+"""Helpers for tests: a real `bootstrap run` subprocess on loopback, and model folders."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """``python -m bootstrap.cli run`` in a subprocess, on free loopback ports."""
+
+    def __init__(self, repository: Path, *extra: str, env: dict[str, str] | None = None, log: Path | None = None):
+        self.repository = repository
+        self.http_port = free_port()
+        self.extra = list(extra)
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.log_path = log or repository.parent / f"server-{self.http_port}.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "bootstrap.cli", "run",
+            "--model-repository", str(self.repository),
+            "--host", "127.0.0.1",
+            "--http-port", str(self.http_port),
+            *self.extra,
+        ]
+
+    def start(self, wait_ready: bool = True, timeout: float = 60.0) -> ServerProcess:
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(self.command(), cwd=ROOT, env=self.env, stdout=self._log, stderr=self._log)
+        if wait_ready:
+            self.wait_for("/v2/health/ready", timeout)
+        return self
+
+    def wait_for(self, path: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"http://{self.http_url}{path}", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"server not ready after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._log.close()
+        return code
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def write_model(
+    repository: Path,
+    name: str,
+    config: str,
+    files: dict[str, str | bytes] | None = None,
+) -> Path:
+    """Write ``<repository>/<name>/config.pbtxt`` and ``files`` (paths relative to the model folder)."""
+    folder = repository / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(textwrap.dedent(config))
+    for relative, content in (files or {}).items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(textwrap.dedent(content))
+    return folder
+
+
+IDENTITY_PYTHON_CONFIG = """
+    backend: "python"
+    max_batch_size: 0
+    input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+def python_model_source(body: str) -> str:
+    """A model.py whose ``execute`` body is ``body`` (``requests`` in scope)."""
+    return (
+        "import json\nimport os\nimport time\nimport numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n\n\n"
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        self.args = args\n\n"
+        "    def execute(self, requests):\n" + textwrap.indent(textwrap.dedent(body), " " * 8)
+    )
+
+
+def raw_http(
+    port: int, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    """Send one HTTP/1.1 request byte for byte (no client-side path normalisation)."""
+    headers = {"Content-Length": str(len(body)), "Connection": "close", **(headers or {})}
+    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", *(f"{k}: {v}" for k, v in headers.items())]
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall("\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    response = b"".join(chunks)
+    head, _, payload = response.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    if b"transfer-encoding: chunked" in head.lower():
+        payload = _unchunk(payload)
+    return status, payload
+
+
+def _unchunk(data: bytes) -> bytes:
+    out, rest = [], data
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out.append(rest[:size])
+        rest = rest[size + 2 :]
+    return b"".join(out)

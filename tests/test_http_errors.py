@@ -1,0 +1,226 @@
+"""Malformed and hostile HTTP input: each gets a precise status and message, never a crash."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.support import raw_http
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client:
+        yield client
+
+
+def _infer(http: httpx.Client, model: str, body: bytes | dict, headers: dict | None = None) -> httpx.Response:
+    content = json.dumps(body).encode() if isinstance(body, dict) else body
+    return http.post(f"/v2/models/{model}/infer", content=content, headers=headers or {})
+
+
+def _fp32_input(name: str, shape: list[int], data: list | None = None, **extra) -> dict:
+    count = int(np.prod(shape)) if shape else 1
+    return {"name": name, "shape": shape, "datatype": "FP32", "data": data if data is not None else [0.0] * count,
+            **extra}
+
+
+def _assert_error(response: httpx.Response, status: int, *fragments: str) -> None:
+    assert response.status_code == status, response.text
+    message = response.json()["error"]
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def _good_inputs() -> list[dict]:
+    return [_fp32_input("INPUT0", [1, 16]), _fp32_input("INPUT1", [1, 16])]
+
+
+def test_well_formed_request_succeeds(http):
+    response = _infer(http, "simple_onnx", {"inputs": _good_inputs()})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["outputs"][0]["data"] == [0.0] * 16
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        (b"{not json", "failed to parse the request JSON"),
+        (b"", "failed to parse the request JSON"),
+        (b"\xff\xfe", "failed to parse the request JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b"[" * 100_000 + b"]" * 100_000, "failed to parse the request JSON"),
+        (b'{"inputs": 5}', "'inputs' list"),
+        (b'{"inputs": [5]}', "each input must be a JSON object"),
+    ],
+    ids=["syntax", "empty", "not-utf8", "array", "deeply-nested", "inputs-not-list", "input-not-object"],
+)
+def test_malformed_json(http, body, fragment):
+    _assert_error(_infer(http, "simple_onnx", body), 400, fragment)
+
+
+def test_wrong_shape(http):
+    inputs = [_fp32_input("INPUT0", [1, 15]), _fp32_input("INPUT1", [1, 16])]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400,
+                  "unexpected shape for input 'INPUT0'", "Expected [-1, 16], got [1, 15]")
+
+
+def test_batch_larger_than_max_batch_size(http):
+    inputs = [_fp32_input("INPUT0", [9, 16]), _fp32_input("INPUT1", [9, 16])]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400, "batch-size must be <= 8")
+
+
+def test_negative_dimension(http):
+    inputs = [_fp32_input("INPUT0", [1, 16]), {"name": "INPUT1", "shape": [-1, 16], "datatype": "FP32", "data": []}]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400, "negative dimension")
+
+
+def test_shape_product_overflow(http):
+    inputs = [_fp32_input("INPUT0", [1, 16]),
+              {"name": "INPUT1", "shape": [2**40, 2**40], "datatype": "FP32", "data": [1.0]}]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400, "too many elements")
+
+
+def test_wrong_datatype(http):
+    inputs = [_good_inputs()[0], {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [0] * 16}]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400,
+                  "inference input 'INPUT1' data-type is 'INT32', but model 'simple_onnx' expects 'FP32'")
+
+
+def test_unknown_datatype(http):
+    inputs = [_good_inputs()[0], {"name": "INPUT1", "shape": [1, 16], "datatype": "FP128", "data": [0] * 16}]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400, "unsupported datatype 'FP128'")
+
+
+def test_data_count_mismatch(http):
+    inputs = [_good_inputs()[0], _fp32_input("INPUT1", [1, 16], data=[1.0] * 15)]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400, "needs 16 elements, got 15")
+
+
+def test_data_of_wrong_json_type(http):
+    inputs = [_good_inputs()[0], _fp32_input("INPUT1", [1, 16], data=["a"] * 16)]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400, "not of datatype FP32")
+
+
+def test_missing_and_unexpected_inputs(http):
+    _assert_error(_infer(http, "simple_onnx", {"inputs": _good_inputs()[:1]}), 400,
+                  "expected 2 inputs but got 1", "INPUT1")
+    inputs = [*_good_inputs(), _fp32_input("EXTRA", [1, 16])]
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400, "unexpected inference input 'EXTRA'")
+
+
+def test_unknown_requested_output(http):
+    body = {"inputs": _good_inputs(), "outputs": [{"name": "NOPE"}]}
+    _assert_error(_infer(http, "simple_onnx", body), 400, "unexpected inference output 'NOPE'")
+
+
+def _binary_request(sizes: list[int], payload: bytes, header_length: str | None = None) -> tuple[bytes, dict]:
+    header = json.dumps({"inputs": [
+        {"name": f"INPUT{i}", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": size}}
+        for i, size in enumerate(sizes)
+    ]}).encode()
+    length = header_length if header_length is not None else str(len(header))
+    return header + payload, {"Inference-Header-Content-Length": length}
+
+
+def test_binary_request_succeeds(http):
+    a = np.arange(16, dtype=np.float32)
+    body, headers = _binary_request([64, 64], a.tobytes() * 2)
+    response = _infer(http, "simple_onnx", body, headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["outputs"][0]["data"] == (a * 2).tolist()
+
+
+def test_binary_data_size_does_not_match_the_tensor(http):
+    body, headers = _binary_request([60, 68], b"\0" * 128)
+    _assert_error(_infer(http, "simple_onnx", body, headers), 400,
+                  "unexpected byte size 60 for tensor of datatype FP32 and shape [1, 16]: expected 64")
+
+
+def test_binary_sizes_do_not_add_up_to_the_body(http):
+    body, headers = _binary_request([64, 64], b"\0" * 130)
+    _assert_error(_infer(http, "simple_onnx", body, headers), 400, "binary data holds 130 bytes", "add up to 128")
+    body, headers = _binary_request([64, 64], b"\0" * 100)
+    _assert_error(_infer(http, "simple_onnx", body, headers), 400, "runs past the end of the binary data")
+
+
+@pytest.mark.parametrize("value", ["999999999", "-5", "abc", "1e3"])
+def test_bad_header_length(http, value):
+    body, headers = _binary_request([64, 64], b"\0" * 128, header_length=value)
+    response = _infer(http, "simple_onnx", body, headers)
+    _assert_error(response, 400, "Inference-Header-Content-Length")
+
+
+def test_bytes_tensor_with_truncated_binary_element(http):
+    header = json.dumps({"inputs": [{"name": "TEXT", "shape": [1], "datatype": "BYTES",
+                                     "parameters": {"binary_data_size": 6}}]}).encode()
+    body = header + (10).to_bytes(4, "little") + b"ab"
+    response = _infer(http, "text_python", body, {"Inference-Header-Content-Length": str(len(header))})
+    _assert_error(response, 400, "BYTES tensor element runs past the end of its data")
+
+
+def test_unknown_model_and_version(http):
+    _assert_error(_infer(http, "no_such_model", {"inputs": []}), 404, "unknown model", "no_such_model")
+    response = http.post("/v2/models/simple_onnx/versions/5/infer", content=json.dumps({"inputs": _good_inputs()}))
+    _assert_error(response, 404, "version 5 is not found")
+    response = http.post("/v2/models/simple_onnx/versions/abc/infer", content=json.dumps({"inputs": _good_inputs()}))
+    _assert_error(response, 404, "version 'abc' is not found")
+
+
+@pytest.mark.parametrize("path", [
+    "/v2/models/../infer",
+    "/v2/models/%2e%2e/infer",
+    "/v2/models/..%2Fsimple_onnx/infer",
+    "/v2/models/%2Fetc%2Fpasswd/infer",
+    "/v2/models/%20../infer",
+    "/v2/models/simple_onnx%2F..%2F..%2Fconfig/config",
+])
+def test_path_tricks_in_model_names(server, path):
+    status, body = raw_http(server.http_port, "POST", path, b'{"inputs": []}')
+    assert status in (400, 404), body
+    assert "error" in json.loads(body)
+    assert b"root:" not in body
+
+
+def test_model_name_with_double_dots_inside_is_a_plain_name(http):
+    _assert_error(_infer(http, "model..1", {"inputs": []}), 404, "'model..1' is not found")
+
+
+def test_oversized_body_is_refused_before_buffering(server):
+    status, body = raw_http(server.http_port, "POST", "/v2/models/simple_onnx/infer", b"{",
+                            {"Content-Length": str(65 * 1024 * 1024)})
+    assert status == 413
+    assert "larger than the limit" in json.loads(body)["error"]
+
+
+def test_gzip_bomb_is_refused(http):
+    bomb = gzip.compress(b"\0" * (80 * 1024 * 1024))
+    response = _infer(http, "simple_onnx", bomb, {"Content-Encoding": "gzip"})
+    _assert_error(response, 413, "larger than the limit")
+
+
+def test_unsupported_content_encoding(http):
+    response = _infer(http, "simple_onnx", b"{}", {"Content-Encoding": "br"})
+    _assert_error(response, 400, "unsupported Content-Encoding")
+
+
+def test_unsupported_extensions_are_reported(http):
+    body = {"inputs": _good_inputs(), "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 2}}]}
+    _assert_error(_infer(http, "simple_onnx", body), 501, "classification")
+
+
+def test_unknown_route_and_method(http):
+    _assert_error(http.get("/v2/nothing/here"), 404, "Not Found")
+    assert http.get("/v2/models/simple_onnx/infer").status_code == 405
+
+
+def test_server_keeps_serving_after_bad_input(http):
+    for body in (b"{", b"[" * 50_000, b'{"inputs": [{"name": 1}]}'):
+        _infer(http, "simple_onnx", body)
+    assert http.get("/v2/health/live").status_code == 200
+    assert _infer(http, "simple_onnx", {"inputs": _good_inputs()}).status_code == 200
