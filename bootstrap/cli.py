@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bootstrap.settings import FunctionSettings, SettingsError, load_settings
+from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, load_settings
 from runtime.server import Server, ServerOptions
 
 logger = logging.getLogger("bootstrap")
@@ -23,6 +23,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--model-repository", help="local path of the model repository")
     run.add_argument("--host", help="address to listen on")
     run.add_argument("--http-port", type=int, help="HTTP port (default 8000)")
+    run.add_argument("--grpc-port", type=int, help="gRPC port (default 8001)")
+    run.add_argument("--no-http", action="store_true", help="do not serve HTTP")
+    run.add_argument("--no-grpc", action="store_true", help="do not serve gRPC")
+    run.add_argument("--auth-token", help=f"require this token (also ${AUTH_TOKEN_ENV} or function.yaml auth.token)")
     run.add_argument("--device", choices=["auto", "gpu", "cpu"], help="where models run")
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     return parser
@@ -39,6 +43,14 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         settings.host = args.host
     if args.http_port is not None:
         settings.http_port = args.http_port
+    if args.grpc_port is not None:
+        settings.grpc_port = args.grpc_port
+    if args.no_http:
+        settings.http_port = None
+    if args.no_grpc:
+        settings.grpc_port = None
+    if args.auth_token:
+        settings.auth_token = args.auth_token
     if args.device:
         settings.device = args.device
     return settings
@@ -49,8 +61,12 @@ async def _serve(settings: FunctionSettings) -> None:
         model_repository=settings.repository_path(),
         host=settings.host,
         http_port=settings.http_port,
+        grpc_port=settings.grpc_port,
         use_gpu=settings.use_gpu,
         max_body_bytes=settings.max_request_bytes,
+        grpc_max_message_bytes=settings.grpc_max_message_bytes,
+        auth_token=settings.auth_token,
+        auth_exempt_health=settings.auth_exempt_health,
         shutdown_timeout=settings.shutdown_timeout_seconds,
     )
     stop = asyncio.Event()
@@ -73,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not settings.repository_path().is_dir():
         logger.error("model repository %s is not a folder", settings.repository_path())
+        return 2
+    if settings.http_port is None and settings.grpc_port is None:
+        logger.error("both HTTP and gRPC are disabled: nothing to serve")
         return 2
     asyncio.run(_serve(settings))
     return 0

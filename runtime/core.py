@@ -67,6 +67,21 @@ class InferenceService:
     def model_config(self, name: str, version: str = "") -> ModelSpec:
         return self.manager.get(name, version).spec
 
+    def model_statistics(self, name: str = "", version: str = "") -> dict:
+        """Triton's statistics extension: every loaded version, or those of one model."""
+        if name:
+            entry = self.manager.entry(name)
+            if version:
+                versions = [self.manager.get(name, version)]
+            else:
+                versions = [entry.versions[v] for v in entry.ready_versions()]
+        else:
+            versions = [
+                m for e in sorted(self.manager.models.values(), key=lambda e: e.name)
+                for _, m in sorted(e.versions.items()) if m.ready
+            ]
+        return {"model_stats": [m.stats.to_dict(m.name, m.version) for m in versions]}
+
     def repository_index(self, ready_only: bool = False) -> list[dict]:
         rows = self.manager.index()
         return [row for row in rows if row.get("state") == "READY"] if ready_only else rows
@@ -74,11 +89,9 @@ class InferenceService:
     # -- inference -------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         model = self.manager.get(request.model_name, request.model_version)
-        validate_request(model.spec, request)
+        batch_size = validate_request(model.spec, request)
         _reshape_inputs(model.spec, request)
-        (result,) = await model.execute([request])
-        if isinstance(result, ServingError):
-            raise result
+        result = await model.infer(request, batch_size)
         return self._response(model, request, result)
 
     def _response(self, model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray]) -> InferResponse:

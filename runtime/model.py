@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from handlers import HandlerContext, ModelHandler, RequestResult, handler_class
 from runtime.config import ModelSpec
-from runtime.errors import ModelLoadError, Unavailable
+from runtime.errors import InternalError, ModelLoadError, ServingError, Unavailable
+from runtime.stats import ModelStatistics
 from runtime.types import InferRequest
 
 logger = logging.getLogger(__name__)
@@ -32,6 +36,7 @@ class ModelVersion:
     state: ModelState = ModelState.LOADING
     reason: str = ""
     instances: list[ModelHandler] = field(default_factory=list)
+    stats: ModelStatistics = field(default_factory=ModelStatistics)
     _idle: asyncio.Queue | None = field(default=None, repr=False)
     _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
     _in_flight: int = 0
@@ -78,19 +83,44 @@ class ModelVersion:
             self._idle.put_nowait(instance)
         self._drained.set()
 
-    async def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
-        """Run requests on the next idle instance, in a worker thread."""
+    async def infer(self, request: InferRequest, batch_size: int) -> dict[str, np.ndarray]:
+        """Run one request; its outcome and timings go into :attr:`stats`."""
+        started = time.perf_counter_ns()
+        ok, queue_ns = False, 0
+        try:
+            results, queue_ns = await self.execute([request], batch_size)
+            (result,) = results
+            if isinstance(result, ServingError):
+                raise result
+            ok = True
+            return result
+        finally:
+            self.stats.record_request(ok, time.perf_counter_ns() - started, queue_ns, batch_size)
+
+    async def execute(self, requests: list[InferRequest], batch_size: int) -> tuple[list[RequestResult], int]:
+        """Run requests together on the next idle instance, in a worker thread.
+
+        Returns one result per request and the nanoseconds spent waiting for an instance.
+        """
         if not self.ready or self._idle is None:
             raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
         self._in_flight += 1
         self._drained.clear()
         try:
+            queued = time.perf_counter_ns()
             instance = await self._idle.get()
+            queue_ns = time.perf_counter_ns() - queued
             try:
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(self._executor, instance.execute, requests)
+                started = time.perf_counter_ns()
+                results = await loop.run_in_executor(self._executor, instance.execute, requests)
+                self.stats.record_execution(batch_size, 0, time.perf_counter_ns() - started, 0, len(requests))
             finally:
                 self._idle.put_nowait(instance)
+            if len(results) != len(requests):
+                error = InternalError(f"model '{self.name}' returned {len(results)} results for {len(requests)}")
+                results = [error] * len(requests)
+            return results, queue_ns
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:

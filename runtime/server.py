@@ -10,7 +10,9 @@ from pathlib import Path
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
+from runtime.auth import TokenAuth
 from runtime.core import InferenceService
+from runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES, create_grpc_server
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_MAX_BODY_BYTES
 from runtime.manager import ModelManager
@@ -26,8 +28,12 @@ class ServerOptions:
     model_repository: Path
     host: str = "0.0.0.0"
     http_port: int | None = 8000
+    grpc_port: int | None = 8001
     use_gpu: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    auth_token: str | None = None
+    auth_exempt_health: bool = True
     shutdown_timeout: float = 30.0
 
 
@@ -51,13 +57,23 @@ class Server:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve, load the repository, wait for ``stop``, then drain and finalize."""
+        options = self.options
+        auth = TokenAuth(options.auth_token) if options.auth_token else None
+        if auth is None:
+            logger.warning("no auth token configured: every endpoint is open to anyone who can reach it")
         tasks: list[asyncio.Task] = []
         servers_stop = asyncio.Event()
-        if self.options.http_port is not None:
-            app = create_http_app(self.service, self.options.max_body_bytes)
-            config = _hypercorn_config(self.options)
+        grpc_server = None
+        if options.grpc_port is not None:
+            address = f"{options.host}:{options.grpc_port}"
+            grpc_server = create_grpc_server(self.service, address, options.grpc_max_message_bytes, auth)
+            await grpc_server.start()
+            logger.info("gRPC endpoint on %s", address)
+        if options.http_port is not None:
+            app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health)
+            config = _hypercorn_config(options)
             tasks.append(asyncio.create_task(hypercorn_serve(app, config, shutdown_trigger=servers_stop.wait)))
-            logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", self.options.host, self.options.http_port)
+            logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", options.host, options.http_port)
         loader = asyncio.create_task(self._initial_load())
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -69,6 +85,8 @@ class Server:
         servers_stop.set()
         if not loader.done():
             loader.cancel()
+        if grpc_server is not None:
+            tasks.append(asyncio.create_task(grpc_server.stop(options.shutdown_timeout)))
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.manager.unload_all(self.options.shutdown_timeout)
         logger.info("stopped")

@@ -50,6 +50,10 @@ def add_test_models(repository: Path) -> None:
     write_model(repository, "import_error_python", IDENTITY_PYTHON_CONFIG,
                 {"1/model.py": "import module_that_does_not_exist\n"})
 
+    write_model(repository, "identity_python", IDENTITY_PYTHON_CONFIG, {"1/model.py": python_model_source(
+        "return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', "
+        "pb_utils.get_input_tensor_by_name(r, 'IN').as_numpy())]) for r in requests]"
+    )})
     write_model(repository, "wrong_count_python", IDENTITY_PYTHON_CONFIG,
                 {"1/model.py": python_model_source("return []")})
     write_model(repository, "raising_python", IDENTITY_PYTHON_CONFIG,
@@ -105,6 +109,15 @@ def server(repository: Path):
     yield process
     code = process.stop()
     assert code == 0, process.log()
+
+
+@pytest.fixture(scope="session")
+def grpc_client(server: ServerProcess):
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ class ServerProcess:
     def __init__(self, repository: Path, *extra: str, env: dict[str, str] | None = None, log: Path | None = None):
         self.repository = repository
         self.http_port = free_port()
+        self.grpc_port = free_port()
         self.extra = list(extra)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = log or repository.parent / f"server-{self.http_port}.log"
@@ -37,12 +38,17 @@ class ServerProcess:
     def http_url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
 
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "bootstrap.cli", "run",
             "--model-repository", str(self.repository),
             "--host", "127.0.0.1",
             "--http-port", str(self.http_port),
+            "--grpc-port", str(self.grpc_port),
             *self.extra,
         ]
 

@@ -7,12 +7,15 @@ import logging
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
-from runtime.errors import InvalidArgument, ServingError, Status
+from runtime.errors import InvalidArgument, ServingError, Status, Unauthenticated
 from runtime.http.body import DEFAULT_MAX_BODY_BYTES, compress, read_body
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
 
@@ -69,6 +72,10 @@ class V2Endpoints:
     async def model_config(self, request: Request) -> Response:
         return JSONResponse(self.service.model_config(*self._model(request)).to_json_dict())
 
+    async def model_statistics(self, request: Request) -> Response:
+        name = request.path_params.get("model_name", "")
+        return JSONResponse(self.service.model_statistics(name, request.path_params.get("model_version", "")))
+
     async def repository_index(self, request: Request) -> Response:
         body = await read_body(request, 1 << 16)
         ready_only = False
@@ -116,7 +123,35 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": "internal server error"}, status_code=500)
 
 
-def create_http_app(service: InferenceService, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
+class TokenAuthMiddleware:
+    """Refuses every request without the token (401), except the health endpoints when exempt."""
+
+    def __init__(self, app: ASGIApp, auth: TokenAuth, exempt_health: bool = True) -> None:
+        self.app = app
+        self.auth = auth
+        self.exempt = HEALTH_PATHS if exempt_health else frozenset()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        values = [v for k, v in scope["headers"] if k == b"authorization"]
+        try:
+            self.auth.check(values[0].decode("latin-1") if len(values) == 1 else None)
+        except Unauthenticated as exc:
+            response = error_response(exc)
+            response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def create_http_app(
+    service: InferenceService,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    auth: TokenAuth | None = None,
+    exempt_health: bool = True,
+) -> Starlette:
     """The Starlette application serving the V2 REST protocol."""
     endpoints = V2Endpoints(service, max_body_bytes)
     model = "/v2/models/{model_name}"
@@ -126,6 +161,7 @@ def create_http_app(service: InferenceService, max_body_bytes: int = DEFAULT_MAX
         Route("/v2/health/ready", endpoints.ready, methods=["GET"]),
         Route("/v2", endpoints.server_metadata, methods=["GET"]),
         Route("/v2/repository/index", endpoints.repository_index, methods=["POST"]),
+        Route("/v2/models/stats", endpoints.model_statistics, methods=["GET"]),
     ]
     for prefix in (model, versioned):
         routes += [
@@ -133,9 +169,12 @@ def create_http_app(service: InferenceService, max_body_bytes: int = DEFAULT_MAX
             Route(prefix + "/ready", endpoints.model_ready, methods=["GET"]),
             Route(prefix + "/config", endpoints.model_config, methods=["GET"]),
             Route(prefix + "/infer", endpoints.infer, methods=["POST"]),
+            Route(prefix + "/stats", endpoints.model_statistics, methods=["GET"]),
         ]
+    middleware = [Middleware(TokenAuthMiddleware, auth=auth, exempt_health=exempt_health)] if auth else []
     return Starlette(
         routes=routes,
+        middleware=middleware,
         exception_handlers={
             ServingError: _serving_error,
             HTTPException: _http_error,

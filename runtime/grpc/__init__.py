@@ -1,0 +1,1 @@
+"""gRPC adapter (``inference.GRPCInferenceService``) over the inference core."""

@@ -1,0 +1,141 @@
+"""The GRPCInferenceService servicer: a thin adapter over :class:`InferenceService`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from runtime.core import InferenceService
+from runtime.errors import ServingError, Status, Unsupported
+from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict
+
+logger = logging.getLogger(__name__)
+
+GRPC_STATUS = {
+    Status.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
+    Status.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Status.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    Status.INTERNAL: grpc.StatusCode.INTERNAL,
+    Status.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Status.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Status.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Status.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Status.CANCELLED: grpc.StatusCode.CANCELLED,
+}
+
+
+def _unary(method):
+    """Turn ServingError (and unexpected errors) into gRPC status codes."""
+
+    async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        try:
+            return await method(self, request, context)
+        except ServingError as exc:
+            await context.abort(GRPC_STATUS.get(exc.status, grpc.StatusCode.INTERNAL), exc.message)
+        except Exception:  # noqa: BLE001 - never leak a traceback to the client
+            logger.exception("unexpected error in %s", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal server error")
+
+    wrapper.__name__ = method.__name__
+    return wrapper
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Implements each RPC by calling the core and converting the result."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self.service = service
+
+    @_unary
+    async def ServerLive(self, request, context):
+        return service_pb2.ServerLiveResponse(live=self.service.live())
+
+    @_unary
+    async def ServerReady(self, request, context):
+        return service_pb2.ServerReadyResponse(ready=self.service.ready())
+
+    @_unary
+    async def ModelReady(self, request, context):
+        return service_pb2.ModelReadyResponse(ready=self.service.model_ready(request.name, request.version))
+
+    @_unary
+    async def ServerMetadata(self, request, context):
+        return from_dict(self.service.server_metadata(), service_pb2.ServerMetadataResponse)
+
+    @_unary
+    async def ModelMetadata(self, request, context):
+        metadata = self.service.model_metadata(request.name, request.version)
+        return from_dict(metadata, service_pb2.ModelMetadataResponse)
+
+    @_unary
+    async def ModelConfig(self, request, context):
+        spec = self.service.model_config(request.name, request.version)
+        return service_pb2.ModelConfigResponse(config=spec.proto)
+
+    @_unary
+    async def ModelStatistics(self, request, context):
+        stats = self.service.model_statistics(request.name, request.version)
+        return from_dict(stats, service_pb2.ModelStatisticsResponse)
+
+    @_unary
+    async def RepositoryIndex(self, request, context):
+        if request.repository_name:
+            raise Unsupported("this server has one repository: leave repository_name empty")
+        rows = self.service.repository_index(ready_only=request.ready)
+        return from_dict({"models": rows}, service_pb2.RepositoryIndexResponse)
+
+    @_unary
+    async def ModelInfer(self, request, context):
+        response = await self.service.infer(decode_infer_request(request))
+        return encode_infer_response(response)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context
+    ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
+        """Each request runs as it arrives; responses (or error_message) stream back as they finish."""
+        results: asyncio.Queue = asyncio.Queue()
+        pending: set[asyncio.Task] = set()
+
+        async def run(message: service_pb2.ModelInferRequest) -> None:
+            try:
+                response = await self.service.infer(decode_infer_request(message))
+                await results.put(service_pb2.ModelStreamInferResponse(infer_response=encode_infer_response(response)))
+            except ServingError as exc:
+                failed = service_pb2.ModelInferResponse(
+                    model_name=message.model_name, model_version=message.model_version, id=message.id
+                )
+                await results.put(service_pb2.ModelStreamInferResponse(error_message=exc.message,
+                                                                       infer_response=failed))
+            except Exception:  # noqa: BLE001
+                logger.exception("unexpected error in ModelStreamInfer")
+                await results.put(service_pb2.ModelStreamInferResponse(error_message="internal server error"))
+
+        async def read_all() -> None:
+            async for message in request_iterator:
+                task = asyncio.create_task(run(message))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            await asyncio.gather(*list(pending))
+            await results.put(None)
+
+        reader = asyncio.create_task(read_all())
+        try:
+            while (item := await results.get()) is not None:
+                yield item
+        finally:
+            reader.cancel()
+            for task in list(pending):
+                task.cancel()
+
+    @_unary
+    async def RepositoryModelLoad(self, request, context):
+        raise Unsupported("explicit model control is not enabled on this server")
+
+    @_unary
+    async def RepositoryModelUnload(self, request, context):
+        raise Unsupported("explicit model control is not enabled on this server")

@@ -1,0 +1,82 @@
+"""Per-model-version statistics in the shape of Triton's statistics extension."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+_PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+
+
+@dataclass
+class ModelStatistics:
+    """Counts and cumulative durations (ns) of one model version; safe across threads."""
+
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    phases: dict[str, Duration] = field(default_factory=lambda: {p: Duration() for p in _PHASES})
+    batches: dict[int, BatchStats] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record_request(self, ok: bool, total_ns: int, queue_ns: int, batch_size: int) -> None:
+        """One request finished (successfully or not) after ``total_ns``, ``queue_ns`` of it queued."""
+        with self._lock:
+            self.phases["success" if ok else "fail"].add(total_ns)
+            if ok:
+                self.phases["queue"].add(queue_ns)
+                self.inference_count += batch_size
+            self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int, requests: int) -> None:
+        """One model execution of ``batch_size`` (summed over ``requests`` requests)."""
+        with self._lock:
+            self.execution_count += 1
+            for phase, ns in (("compute_input", input_ns), ("compute_infer", infer_ns), ("compute_output", output_ns)):
+                self.phases[phase].add(ns, requests)
+            batch = self.batches.setdefault(batch_size, BatchStats())
+            batch.compute_input.add(input_ns)
+            batch.compute_infer.add(infer_ns)
+            batch.compute_output.add(output_ns)
+
+    def to_dict(self, name: str, version: int) -> dict:
+        with self._lock:
+            return {
+                "name": name,
+                "version": str(version),
+                "last_inference": self.last_inference_ms,
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "inference_stats": {phase: d.to_dict() for phase, d in self.phases.items()},
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        "compute_input": b.compute_input.to_dict(),
+                        "compute_infer": b.compute_infer.to_dict(),
+                        "compute_output": b.compute_output.to_dict(),
+                    }
+                    for size, b in sorted(self.batches.items())
+                ],
+            }
