@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, load_settings
+from bootstrap.source import ObjectStoreSource
 from runtime.server import Server, ServerOptions
 
 logger = logging.getLogger("bootstrap")
@@ -28,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-grpc", action="store_true", help="do not serve gRPC")
     run.add_argument("--auth-token", help=f"require this token (also ${AUTH_TOKEN_ENV} or function.yaml auth.token)")
     run.add_argument("--device", choices=["auto", "gpu", "cpu"], help="where models run")
+    run.add_argument("--model-control-mode", choices=["none", "poll", "explicit"], help="model control mode")
+    run.add_argument("--poll-interval", type=float, help="seconds between repository polls (poll mode)")
+    run.add_argument("--cache-dir", help="local cache for a repository synced from object storage")
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     return parser
 
@@ -38,7 +42,14 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         config = Path("function.yaml")
     settings = load_settings(config)
     if args.model_repository:
-        settings.model_repository = str(Path(args.model_repository).resolve())
+        remote = args.model_repository.startswith(("s3://", "oss://"))
+        settings.model_repository = args.model_repository if remote else str(Path(args.model_repository).resolve())
+    if args.model_control_mode:
+        settings.model_control = args.model_control_mode
+    if args.poll_interval is not None:
+        settings.poll_interval_seconds = args.poll_interval
+    if args.cache_dir:
+        settings.cache_dir = str(Path(args.cache_dir).resolve())
     if args.host:
         settings.host = args.host
     if args.http_port is not None:
@@ -56,9 +67,17 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
     return settings
 
 
-async def _serve(settings: FunctionSettings) -> None:
+async def _serve(settings: FunctionSettings) -> int:
+    source = None
+    if settings.remote:
+        source = ObjectStoreSource(settings.model_repository, settings.storage, settings.cache_path(),
+                                   settings.cold_start_deadline_seconds)
     options = ServerOptions(
         model_repository=settings.repository_path(),
+        source=source,
+        model_control=settings.model_control,
+        poll_interval=settings.poll_interval_seconds,
+        idle_timeout=settings.idle_timeout_seconds,
         host=settings.host,
         http_port=settings.http_port,
         grpc_port=settings.grpc_port,
@@ -73,8 +92,10 @@ async def _serve(settings: FunctionSettings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    logger.info("function '%s' serving repository %s", settings.name, options.model_repository)
-    await Server(options).run(stop)
+    where = settings.model_repository if settings.remote else options.model_repository
+    logger.info("function '%s' serving repository %s (model control: %s)", settings.name, where,
+                settings.model_control)
+    return await Server(options).run(stop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,14 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         logger.error("invalid settings: %s", exc)
         return 2
-    if not settings.repository_path().is_dir():
+    if not settings.remote and not settings.repository_path().is_dir():
         logger.error("model repository %s is not a folder", settings.repository_path())
         return 2
     if settings.http_port is None and settings.grpc_port is None:
         logger.error("both HTTP and gRPC are disabled: nothing to serve")
         return 2
-    asyncio.run(_serve(settings))
-    return 0
+    return asyncio.run(_serve(settings))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``function.yaml``: the function's settings, validated with clear errors."""
+"""``function.yaml``: the function's settings, validated at start with clear errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from typing import Any
 
 import yaml
 
+from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
+
 AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
+DEFAULT_CACHE_DIR = "/tmp/serverless-triton-cache"
 
 
 class SettingsError(ValueError):
@@ -28,6 +31,12 @@ class FunctionSettings:
     grpc_max_message_bytes: int = 128 * 1024 * 1024
     auth_token: str | None = field(default=None, repr=False)
     auth_exempt_health: bool = True
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    cold_start_deadline_seconds: float = 600.0
+    cache_dir: str = DEFAULT_CACHE_DIR
+    model_control: str = "none"  # none | poll | explicit
+    poll_interval_seconds: float = 5.0
+    idle_timeout_seconds: float = 0.0
     shutdown_timeout_seconds: float = 30.0
     base_dir: Path = Path(".")
 
@@ -35,9 +44,36 @@ class FunctionSettings:
     def use_gpu(self) -> bool:
         return self.device != "cpu"
 
+    @property
+    def remote(self) -> bool:
+        return is_remote(self.model_repository)
+
     def repository_path(self) -> Path:
+        """The local repository folder (for object storage: where the sync writes)."""
+        if self.remote:
+            return self.cache_path() / "repository"
         path = Path(self.model_repository).expanduser()
         return path if path.is_absolute() else (self.base_dir / path)
+
+    def cache_path(self) -> Path:
+        path = Path(self.cache_dir).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path)
+
+
+_TOP_LEVEL = {
+    "name", "model_repository", "server", "instance", "auth", "storage", "cache_dir", "model_control",
+    "idle_timeout_seconds", "shutdown_timeout_seconds",
+}
+
+
+def _section(data: dict, key: str, known: set[str]) -> dict:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise SettingsError(f"'{key}' must be a mapping")
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise SettingsError(f"unknown keys in '{key}': {unknown}")
+    return value
 
 
 def _port(value: Any, key: str) -> int | None:
@@ -48,62 +84,103 @@ def _port(value: Any, key: str) -> int | None:
     return value
 
 
-def _positive_int(section: dict, key: str, default: int) -> int:
+def _positive_int(section: dict, key: str, default: int, where: str) -> int:
     value = section.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise SettingsError(f"server.{key} must be a positive integer")
+        raise SettingsError(f"{where}.{key} must be a positive integer")
     return value
 
 
-def _section(data: dict, key: str) -> dict:
-    value = data.get(key) or {}
-    if not isinstance(value, dict):
-        raise SettingsError(f"'{key}' must be a mapping")
+def _seconds(section: dict, key: str, default: float, where: str = "", positive: bool = False) -> float:
+    value = section.get(key, default)
+    name = f"{where}.{key}" if where else key
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value == 0):
+        raise SettingsError(f"{name} must be a {'positive' if positive else 'non-negative'} number of seconds")
+    return float(value)
+
+
+def _choice(section: dict, key: str, default: str, choices: tuple[str, ...], where: str) -> str:
+    value = section.get(key, default)
+    if value not in choices:
+        raise SettingsError(f"{where}.{key} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _optional_str(section: dict, key: str, where: str) -> str | None:
+    value = section.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SettingsError(f"{where}.{key} must be a non-empty string")
     return value
 
 
 def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
+    """Validate the parsed YAML; SettingsError names the offending key."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SettingsError("function.yaml must be a mapping at the top level")
-    known = {"name", "model_repository", "server", "instance", "auth", "shutdown_timeout_seconds"}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - _TOP_LEVEL)
     if unknown:
         raise SettingsError(f"unknown function.yaml keys: {unknown}")
-    server = _section(data, "server")
-    instance = _section(data, "instance")
-    auth = _section(data, "auth")
+    server = _section(data, "server", {"host", "http_port", "grpc_port", "max_request_bytes", "grpc_max_message_bytes"})
+    instance = _section(data, "instance", {"device"})
+    auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
+    storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
+                                         "max_concurrency", "connect_timeout_seconds", "read_timeout_seconds",
+                                         "cold_start_deadline_seconds"})
+    control = _section(data, "model_control", {"mode", "poll_interval_seconds"})
+
     settings = FunctionSettings(base_dir=base_dir)
     settings.name = str(data.get("name", settings.name))
     repository = data.get("model_repository", settings.model_repository)
     if not isinstance(repository, str) or not repository:
         raise SettingsError("model_repository must be a path or an s3:// / oss:// URL")
     settings.model_repository = repository
+    if settings.remote:
+        try:
+            parse_location(repository)
+        except StorageError as exc:
+            raise SettingsError(f"model_repository: {exc}") from None
+
     settings.host = str(server.get("host", settings.host))
     settings.http_port = _port(server.get("http_port", settings.http_port), "server.http_port")
     settings.grpc_port = _port(server.get("grpc_port", settings.grpc_port), "server.grpc_port")
-    settings.max_request_bytes = _positive_int(server, "max_request_bytes", settings.max_request_bytes)
-    settings.grpc_max_message_bytes = _positive_int(server, "grpc_max_message_bytes", settings.grpc_max_message_bytes)
-    token = auth.get("token")
+    settings.max_request_bytes = _positive_int(server, "max_request_bytes", settings.max_request_bytes, "server")
+    settings.grpc_max_message_bytes = _positive_int(
+        server, "grpc_max_message_bytes", settings.grpc_max_message_bytes, "server"
+    )
+    settings.device = _choice(instance, "device", settings.device, ("auto", "gpu", "cpu"), "instance")
+
+    token = _optional_str(auth, "token", "auth")
     token_env = auth.get("token_env", AUTH_TOKEN_ENV)
-    if token is not None and (not isinstance(token, str) or not token):
-        raise SettingsError("auth.token must be a non-empty string")
-    if not isinstance(token_env, str):
+    if not isinstance(token_env, str) or not token_env:
         raise SettingsError("auth.token_env must be the name of an environment variable")
     settings.auth_token = os.environ.get(token_env) or token
     exempt = auth.get("exempt_health", True)
     if not isinstance(exempt, bool):
         raise SettingsError("auth.exempt_health must be true or false")
     settings.auth_exempt_health = exempt
-    device = instance.get("device", settings.device)
-    if device not in ("auto", "gpu", "cpu"):
-        raise SettingsError(f"instance.device must be auto, gpu or cpu, got {device!r}")
-    settings.device = device
-    timeout = data.get("shutdown_timeout_seconds", settings.shutdown_timeout_seconds)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0:
-        raise SettingsError("shutdown_timeout_seconds must be a non-negative number")
-    settings.shutdown_timeout_seconds = float(timeout)
+
+    settings.storage = StorageSettings(
+        endpoint_url=_optional_str(storage, "endpoint_url", "storage"),
+        region=_optional_str(storage, "region", "storage"),
+        addressing_style=_choice(storage, "addressing_style", "auto", ("auto", "path", "virtual"), "storage"),
+        max_attempts=_positive_int(storage, "max_attempts", 5, "storage"),
+        max_concurrency=_positive_int(storage, "max_concurrency", 8, "storage"),
+        connect_timeout=_seconds(storage, "connect_timeout_seconds", 10.0, "storage", positive=True),
+        read_timeout=_seconds(storage, "read_timeout_seconds", 60.0, "storage", positive=True),
+    )
+    settings.cold_start_deadline_seconds = _seconds(storage, "cold_start_deadline_seconds", 600.0, "storage",
+                                                    positive=True)
+    cache_dir = data.get("cache_dir", settings.cache_dir)
+    if not isinstance(cache_dir, str) or not cache_dir:
+        raise SettingsError("cache_dir must be a path")
+    settings.cache_dir = cache_dir
+
+    settings.model_control = _choice(control, "mode", "none", ("none", "poll", "explicit"), "model_control")
+    settings.poll_interval_seconds = _seconds(control, "poll_interval_seconds", 5.0, "model_control", positive=True)
+    settings.idle_timeout_seconds = _seconds(data, "idle_timeout_seconds", 0.0)
+    settings.shutdown_timeout_seconds = _seconds(data, "shutdown_timeout_seconds", 30.0)
     return settings
 
 

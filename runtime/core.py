@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
 from runtime import __version__
 from runtime.config import ModelSpec
+from runtime.control import ModelControl
 from runtime.datatypes import datatype_of
 from runtime.errors import InternalError, ServingError
 from runtime.manager import ModelManager
@@ -24,10 +26,13 @@ EXTENSIONS = ("model_repository", "model_configuration", "binary_tensor_data", "
 class InferenceService:
     """Health, metadata, config and inference over a :class:`ModelManager`."""
 
-    def __init__(self, manager: ModelManager) -> None:
+    def __init__(self, manager: ModelManager, control: ModelControl | None = None) -> None:
         self.manager = manager
+        self.control = control or ModelControl(manager)
         self.initial_load_done = False
         self.shutting_down = False
+        self.last_activity = time.monotonic()
+        self.in_flight = 0
 
     # -- health and metadata -------------------------------------------------
     def live(self) -> bool:
@@ -86,13 +91,25 @@ class InferenceService:
         rows = self.manager.index()
         return [row for row in rows if row.get("state") == "READY"] if ready_only else rows
 
+    # -- model control -----------------------------------------------------------
+    async def load_model(self, name: str, parameters: dict | None = None) -> None:
+        await self.control.load(name, parameters)
+
+    async def unload_model(self, name: str, parameters: dict | None = None) -> None:
+        await self.control.unload(name, parameters)
+
     # -- inference -------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
-        model = self.manager.get(request.model_name, request.model_version)
-        batch_size = validate_request(model.spec, request)
-        _reshape_inputs(model.spec, request)
-        result = await model.infer(request, batch_size)
-        return self._response(model, request, result)
+        self.in_flight += 1
+        try:
+            model = self.manager.get(request.model_name, request.model_version)
+            batch_size = validate_request(model.spec, request)
+            _reshape_inputs(model.spec, request)
+            result = await model.infer(request, batch_size)
+            return self._response(model, request, result)
+        finally:
+            self.in_flight -= 1
+            self.last_activity = time.monotonic()
 
     def _response(self, model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray]) -> InferResponse:
         spec = model.spec

@@ -1,29 +1,32 @@
-"""Loads the repository's models and resolves ``(name, version)`` lookups."""
+"""Loads the repository's models, reloads them as the repository changes, and resolves lookups."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
 
 from handlers import HandlerContext
 from runtime.config import ModelSpec
-from runtime.errors import ModelLoadError, NotFound, Unavailable
+from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
 from runtime.model import ModelState, ModelVersion
-from runtime.repository import ModelRepository
+from runtime.repository import CONFIG_FILE, ModelRepository
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class ModelEntry:
-    """A model folder: its config (if it parsed) and its loaded versions."""
+    """A model folder: its config (if it parsed) and its versions."""
 
     name: str
     spec: ModelSpec | None = None
     reason: str = ""
     versions: dict[int, ModelVersion] = field(default_factory=dict)
+    config_digest: str = ""  # config.pbtxt as of the last load attempt
+    attempted: dict[int, str] = field(default_factory=dict)  # version -> folder signature, last attempt
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, m in self.versions.items() if m.ready)
@@ -32,58 +35,198 @@ class ModelEntry:
 class ModelManager:
     """Owns every loaded model; knows nothing of protocols."""
 
-    def __init__(self, repository: ModelRepository, use_gpu: bool = True, load_concurrency: int = 4) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        use_gpu: bool = True,
+        load_concurrency: int = 4,
+        drain_timeout: float = 30.0,
+    ) -> None:
         self.repository = repository
         self.use_gpu = use_gpu
+        self.drain_timeout = drain_timeout
         self.models: dict[str, ModelEntry] = {}
+        self.external_failures: dict[str, str] = {}  # model -> reason, from outside (e.g. storage sync)
         self._load_slots = asyncio.Semaphore(load_concurrency)
+        self._model_locks: dict[str, asyncio.Lock] = {}
+        self._retiring: set[asyncio.Task] = set()
 
+    # -- loading and reloading -------------------------------------------------
     async def load_all(self) -> None:
         """Load every model of the repository; failures are recorded, never raised."""
-        names = self.repository.model_names()
-        await asyncio.gather(*(self.load_model(name) for name in names))
+        await asyncio.gather(*(self.load_model(name) for name in self.repository.model_names()))
+
+    async def reconcile(self) -> None:
+        """Bring loaded models in line with the repository: load new, reload changed, unload removed."""
+        on_disk = set(self.repository.model_names())
+        for name in sorted(set(self.models) - on_disk):
+            if self.models[name].versions or self.models[name].spec:
+                await self.unload_model(name, forget=True)
+        changed = [name for name in sorted(on_disk) if self._changed(name)]
+        await asyncio.gather(*(self.load_model(name) for name in changed))
+
+    def _changed(self, name: str) -> bool:
+        entry = self.models.get(name)
+        if entry is None:
+            return True
+        if entry.config_digest != self._config_digest(name):
+            return True
+        spec = entry.spec
+        if spec is None:
+            return False
+        try:
+            wanted = self.repository.select_versions(spec)
+        except ModelLoadError:
+            return bool(entry.attempted)
+        return entry.attempted != {v: self._version_signature(name, v) for v in wanted}
+
+    def _config_digest(self, name: str) -> str:
+        try:
+            return hashlib.sha256((self.repository.model_dir(name) / CONFIG_FILE).read_bytes()).hexdigest()
+        except OSError:
+            return ""
+
+    def _version_signature(self, name: str, version: int) -> str:
+        folder = self.repository.model_dir(name) / str(version)
+        digest = hashlib.sha256()
+        try:
+            for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+                stat = path.stat()
+                digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        except OSError:
+            return ""
+        return digest.hexdigest()
 
     async def load_model(self, name: str) -> ModelEntry:
-        async with self._load_slots:
-            entry = ModelEntry(name=name)
-            started = time.perf_counter()
-            try:
-                entry.spec = await asyncio.to_thread(self.repository.read_spec, name)
-                versions = self.repository.select_versions(entry.spec)
-            except ModelLoadError as exc:
-                entry.reason = str(exc)
-                self.models[name] = entry
-                logger.error("model '%s' UNAVAILABLE: %s", name, entry.reason)
-                return entry
-            for version in versions:
-                model_version = ModelVersion(spec=entry.spec, version=version)
-                contexts = [
-                    HandlerContext(
-                        spec=entry.spec,
-                        version=version,
-                        repository_dir=self.repository.root,
-                        instance_index=index,
-                        use_gpu=self.use_gpu,
-                        device_id=_device_id(entry.spec, index),
-                    )
-                    for index in range(entry.spec.instance_count)
-                ]
-                await asyncio.to_thread(model_version.load, contexts)
-                if model_version.ready:
-                    model_version.bind_loop()
-                    logger.info(
-                        "loaded model '%s' version %d (%s, %d instance(s) on %s) in %.2fs",
-                        name, version, entry.spec.handler, len(model_version.instances),
-                        model_version.device, time.perf_counter() - started,
-                    )
-                else:
-                    logger.error(
-                        "model '%s' version %d UNAVAILABLE: %s", name, version, model_version.reason
-                    )
-                entry.versions[version] = model_version
+        """(Re)load a model from the repository.
+
+        New or changed versions load beside the serving ones and take traffic only once
+        ready; versions no longer wanted drain, then unload.  If any new version fails,
+        the versions already serving stay, and the failure shows in the index.
+        """
+        lock = self._model_locks.setdefault(name, asyncio.Lock())
+        async with lock, self._load_slots:
+            return await self._load_model_locked(name)
+
+    async def _load_model_locked(self, name: str) -> ModelEntry:
+        old = self.models.get(name)
+        serving = {v: m for v, m in old.versions.items() if m.ready} if old else {}
+        digest = self._config_digest(name)
+        started = time.perf_counter()
+        external = self.external_failures.get(name)
+        try:
+            if external and not self.repository.model_dir(name).exists():
+                raise ModelLoadError(external)
+            spec = await asyncio.to_thread(self.repository.read_spec, name)
+            versions = self.repository.select_versions(spec)
+        except ModelLoadError as exc:
+            return self._record_failure(name, old, serving, str(exc), digest)
+        config_same = old is not None and old.spec is not None and old.spec.proto == spec.proto
+        fresh: dict[int, ModelVersion] = {}
+        attempted = {v: self._version_signature(name, v) for v in versions}
+        for version, signature in attempted.items():
+            current = serving.get(version)
+            if config_same and current is not None and current.signature == signature:
+                fresh[version] = current
+                continue
+            fresh[version] = await self._load_version(spec, version, signature, started)
+        failed = {v: m for v, m in fresh.items() if not m.ready}
+        if failed and serving:
+            reasons = "; ".join(f"version {v}: {m.reason}" for v, m in failed.items())
+            logger.error("model '%s': new version(s) failed, the serving ones stay: %s", name, reasons)
+            for model_version in fresh.values():
+                if model_version.ready and model_version not in serving.values():
+                    self._retire(model_version)
+            entry = ModelEntry(name=name, spec=old.spec, versions=dict(serving), config_digest=digest,
+                               attempted=attempted, reason=f"reload failed: {reasons}")
+            for version, model_version in failed.items():
+                entry.versions.setdefault(version, model_version)
             self.models[name] = entry
             return entry
+        entry = ModelEntry(name=name, spec=spec, versions=fresh, config_digest=digest, attempted=attempted)
+        self.models[name] = entry
+        for model_version in (old.versions.values() if old else ()):
+            if model_version not in fresh.values():
+                self._retire(model_version)
+        return entry
 
+    async def _load_version(self, spec: ModelSpec, version: int, signature: str, started: float) -> ModelVersion:
+        model_version = ModelVersion(spec=spec, version=version, signature=signature)
+        contexts = [
+            HandlerContext(
+                spec=spec,
+                version=version,
+                repository_dir=self.repository.root,
+                instance_index=index,
+                use_gpu=self.use_gpu,
+                device_id=_device_id(spec, index),
+            )
+            for index in range(spec.instance_count)
+        ]
+        await asyncio.to_thread(model_version.load, contexts)
+        if model_version.ready:
+            model_version.bind_loop()
+            logger.info(
+                "loaded model '%s' version %d (%s, %d instance(s) on %s) in %.2fs",
+                spec.name, version, spec.handler, len(model_version.instances),
+                model_version.device, time.perf_counter() - started,
+            )
+        else:
+            logger.error("model '%s' version %d UNAVAILABLE: %s", spec.name, version, model_version.reason)
+        return model_version
+
+    def _record_failure(self, name: str, old: ModelEntry | None, serving: dict, reason: str,
+                        digest: str) -> ModelEntry:
+        if serving:
+            logger.error("model '%s': reload failed, the serving versions stay: %s", name, reason)
+            old.reason = f"reload failed: {reason}"
+            old.config_digest = digest
+            return old
+        entry = ModelEntry(name=name, reason=reason, config_digest=digest)
+        if old is not None:
+            entry.versions = {v: m for v, m in old.versions.items() if not m.instances}
+        self.models[name] = entry
+        logger.error("model '%s' UNAVAILABLE: %s", name, reason)
+        return entry
+
+    def _retire(self, model_version: ModelVersion) -> None:
+        """Stop routing to a version, let its in-flight requests finish, then unload it."""
+        if model_version.state is ModelState.READY:
+            model_version.state = ModelState.UNLOADING
+        task = asyncio.create_task(self._drain_and_unload(model_version))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _drain_and_unload(self, model_version: ModelVersion) -> None:
+        if not await model_version.drain(self.drain_timeout):
+            logger.warning("model '%s' version %d: in-flight requests did not finish in %.0fs",
+                           model_version.name, model_version.version, self.drain_timeout)
+        await asyncio.to_thread(model_version.unload)
+        logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
+
+    async def unload_model(self, name: str, forget: bool = False) -> None:
+        """Unload every version of a model (draining first); ``forget`` drops it from the index."""
+        lock = self._model_locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            entry = self.models.get(name)
+            if entry is None:
+                raise NotFound(f"Request for unknown model: '{name}' is not found")
+            versions = list(entry.versions.values())
+            if forget:
+                del self.models[name]
+            else:
+                self.models[name] = ModelEntry(name=name, spec=entry.spec, reason="unloaded",
+                                               config_digest="unloaded")
+            for model_version in versions:
+                self._retire(model_version)
+            await self.wait_retired()
+
+    async def wait_retired(self) -> None:
+        """Wait for every version being retired to finish unloading."""
+        while self._retiring:
+            await asyncio.gather(*list(self._retiring), return_exceptions=True)
+
+    # -- lookups -------------------------------------------------------------------
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The ready version asked for (or the newest ready one); NotFound / Unavailable otherwise."""
         entry = self.models.get(name)
@@ -119,10 +262,13 @@ class ModelManager:
     def index(self) -> list[dict]:
         """Triton's repository index: one row per model version (or per failed model)."""
         rows: list[dict] = []
-        for name in sorted(set(self.repository.model_names()) | set(self.models)):
+        names = set(self.repository.model_names()) | set(self.models) | set(self.external_failures)
+        for name in sorted(names):
             entry = self.models.get(name)
             if entry is None:
-                rows.append({"name": name})
+                reason = self.external_failures.get(name, "")
+                rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": reason} if reason
+                            else {"name": name})
             elif not entry.versions:
                 rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": entry.reason})
             else:
@@ -137,6 +283,11 @@ class ModelManager:
                     )
         return rows
 
+    def require_known(self, name: str) -> None:
+        """Explicit loads take only model names that are folders of the repository."""
+        if name not in self.repository.model_names() and name not in self.models:
+            raise InvalidArgument(f"failed to load '{name}': no such model folder in the repository")
+
     async def unload_all(self, drain_timeout: float = 30.0) -> None:
         """Drain in-flight requests, then unload (finalize) every model version."""
         versions = [m for e in self.models.values() for m in e.versions.values()]
@@ -147,6 +298,7 @@ class ModelManager:
         for model_version in versions:
             await asyncio.to_thread(model_version.unload)
             logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
+        await self.wait_retired()
 
 
 def _device_id(spec: ModelSpec, instance_index: int) -> int:

@@ -16,6 +16,7 @@ from runtime.config import ModelSpec
 from runtime.errors import InternalError, ModelLoadError, ServingError, Unavailable
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest
+from runtime.warmup import run_warmup
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class ModelVersion:
     version: int
     state: ModelState = ModelState.LOADING
     reason: str = ""
+    signature: str = ""  # what the version folder held when loaded (detects changes on disk)
     instances: list[ModelHandler] = field(default_factory=list)
     stats: ModelStatistics = field(default_factory=ModelStatistics)
     _idle: asyncio.Queue | None = field(default=None, repr=False)
@@ -62,6 +64,7 @@ class ModelVersion:
                 instance = cls(context)
                 instance.load()
                 self.instances.append(instance)
+                run_warmup(self.spec, context.model_dir, instance)
         except ModelLoadError as exc:
             self._unload_instances()
             self.state, self.reason = ModelState.UNAVAILABLE, str(exc)

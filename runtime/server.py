@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
 from runtime.auth import TokenAuth
+from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
 from runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES, create_grpc_server
 from runtime.http.app import create_http_app
@@ -35,6 +37,10 @@ class ServerOptions:
     auth_token: str | None = None
     auth_exempt_health: bool = True
     shutdown_timeout: float = 30.0
+    model_control: str = "none"  # none | poll | explicit
+    poll_interval: float = 5.0
+    idle_timeout: float = 0.0  # exit after this long without requests (0: never)
+    source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
 
 
 def _hypercorn_config(options: ServerOptions) -> HypercornConfig:
@@ -52,11 +58,15 @@ class Server:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.manager = ModelManager(ModelRepository(options.model_repository), use_gpu=options.use_gpu)
-        self.service = InferenceService(self.manager)
+        self.manager = ModelManager(
+            ModelRepository(options.model_repository), use_gpu=options.use_gpu, drain_timeout=options.shutdown_timeout
+        )
+        self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source)
+        self.service = InferenceService(self.manager, self.control)
+        self.exit_code = 0
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Serve, load the repository, wait for ``stop``, then drain and finalize."""
+    async def run(self, stop: asyncio.Event) -> int:
+        """Serve, load the repository, wait for ``stop``, then drain and finalize; returns the exit code."""
         options = self.options
         auth = TokenAuth(options.auth_token) if options.auth_token else None
         if auth is None:
@@ -74,7 +84,9 @@ class Server:
             config = _hypercorn_config(options)
             tasks.append(asyncio.create_task(hypercorn_serve(app, config, shutdown_trigger=servers_stop.wait)))
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", options.host, options.http_port)
-        loader = asyncio.create_task(self._initial_load())
+        background = [asyncio.create_task(self._initial_load(stop))]
+        if options.idle_timeout > 0:
+            background.append(asyncio.create_task(self._exit_when_idle(stop)))
         stopped = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -83,16 +95,36 @@ class Server:
         logger.info("shutting down: draining in-flight requests")
         self.service.shutting_down = True
         servers_stop.set()
-        if not loader.done():
-            loader.cancel()
+        for task in background:
+            task.cancel()
         if grpc_server is not None:
             tasks.append(asyncio.create_task(grpc_server.stop(options.shutdown_timeout)))
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*background, return_exceptions=True)
         await self.manager.unload_all(self.options.shutdown_timeout)
         logger.info("stopped")
+        return self.exit_code
 
-    async def _initial_load(self) -> None:
-        await self.manager.load_all()
+    async def _initial_load(self, stop: asyncio.Event) -> None:
+        try:
+            await self.control.initial_load()
+        except Exception as exc:  # noqa: BLE001 - a cold start that cannot list its models is fatal
+            logger.error("cold start failed: %s", exc)
+            self.exit_code = 1
+            stop.set()
+            return
         self.service.initial_load_done = True
         ready = sum(1 for row in self.manager.index() if row.get("state") == "READY")
         logger.info("initial load finished: %d model version(s) ready", ready)
+        if self.options.model_control == "poll":
+            await self.control.poll_forever()
+
+    async def _exit_when_idle(self, stop: asyncio.Event) -> None:
+        timeout = self.options.idle_timeout
+        while True:
+            await asyncio.sleep(min(1.0, timeout))
+            idle = time.monotonic() - self.service.last_activity
+            if self.service.in_flight == 0 and idle >= timeout:
+                logger.info("idle for %.0fs: stopping", idle)
+                stop.set()
+                return

@@ -127,3 +127,43 @@ def http_client(server: ServerProcess):
     client = httpclient.InferenceServerClient(server.http_url)
     yield client
     client.close()
+
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """A real S3 HTTP endpoint on loopback: moto in server mode."""
+    import os
+
+    from moto.server import ThreadedMotoServer
+
+    from tests.support import free_port
+
+    os.environ.update(S3_ENV)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(moto_endpoint):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}))
+
+
+@pytest.fixture
+def bucket(s3, request) -> str:
+    """A fresh bucket per test."""
+    import re
+    import uuid
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + "-" + uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=name)
+    return name

@@ -164,3 +164,59 @@ def _unchunk(data: bytes) -> bytes:
         out.append(rest[:size])
         rest = rest[size + 2 :]
     return b"".join(out)
+
+
+class FaultyProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``upstream``; with ``cut_after`` set, every connection is
+    reset once it has sent that many bytes back to the client (a download cut midway)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        import threading
+
+        self.upstream_port = upstream_port
+        self.cut_after: int | None = None
+        self.cuts = 0
+        self._server = socket.socket()
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(64)
+        self.port = self._server.getsockname()[1]
+        self._stopped = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._stopped:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, downstream: bool) -> None:
+        sent = 0
+        try:
+            while data := source.recv(65536):
+                if downstream and self.cut_after is not None and sent + len(data) > self.cut_after:
+                    target.sendall(data[: max(0, self.cut_after - sent)])
+                    self.cuts += 1
+                    break
+                target.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):  # shutdown wakes the other pump's blocked recv at once
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._server.close()

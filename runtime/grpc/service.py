@@ -11,7 +11,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from runtime.core import InferenceService
 from runtime.errors import ServingError, Status, Unsupported
-from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict
+from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +134,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_unary
     async def RepositoryModelLoad(self, request, context):
-        raise Unsupported("explicit model control is not enabled on this server")
+        if request.repository_name:
+            raise Unsupported("this server has one repository: leave repository_name empty")
+        await self.service.load_model(request.model_name, parameters_to_dict(request.parameters))
+        return service_pb2.RepositoryModelLoadResponse()
 
     @_unary
     async def RepositoryModelUnload(self, request, context):
-        raise Unsupported("explicit model control is not enabled on this server")
+        if request.repository_name:
+            raise Unsupported("this server has one repository: leave repository_name empty")
+        await self.service.unload_model(request.model_name, parameters_to_dict(request.parameters))
+        return service_pb2.RepositoryModelUnloadResponse()

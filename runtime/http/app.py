@@ -86,6 +86,26 @@ class V2Endpoints:
             ready_only = options.get("ready", False)
         return JSONResponse(self.service.repository_index(ready_only))
 
+    async def _control_parameters(self, request: Request) -> dict:
+        body = await read_body(request, 1 << 20)
+        if not body.strip():
+            return {}
+        message = parse_json(body)
+        parameters = message.get("parameters", {}) if isinstance(message, dict) else None
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("the request must be a JSON object with an optional 'parameters' object")
+        return parameters
+
+    async def load_model(self, request: Request) -> Response:
+        parameters = await self._control_parameters(request)
+        await self.service.load_model(request.path_params["model_name"], parameters)
+        return Response(status_code=200)
+
+    async def unload_model(self, request: Request) -> Response:
+        parameters = await self._control_parameters(request)
+        await self.service.unload_model(request.path_params["model_name"], parameters)
+        return Response(status_code=200)
+
     async def infer(self, request: Request) -> Response:
         name, version = self._model(request)
         body = await read_body(request, self.max_body_bytes)
@@ -162,6 +182,8 @@ def create_http_app(
         Route("/v2", endpoints.server_metadata, methods=["GET"]),
         Route("/v2/repository/index", endpoints.repository_index, methods=["POST"]),
         Route("/v2/models/stats", endpoints.model_statistics, methods=["GET"]),
+        Route("/v2/repository/models/{model_name}/load", endpoints.load_model, methods=["POST"]),
+        Route("/v2/repository/models/{model_name}/unload", endpoints.unload_model, methods=["POST"]),
     ]
     for prefix in (model, versioned):
         routes += [

@@ -1,0 +1,144 @@
+"""Object storage access (S3 and OSS's S3-compatible API) through boto3, and key safety checks."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+logger = logging.getLogger(__name__)
+
+REMOTE_SCHEMES = ("s3", "oss")
+
+
+class StorageError(Exception):
+    """Listing or downloading from object storage failed; the message is safe to log."""
+
+
+@dataclass(frozen=True)
+class StorageLocation:
+    scheme: str  # s3 | oss
+    bucket: str
+    prefix: str  # "" or ending in "/"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}"
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """How to reach the store; credentials come from the standard AWS chain, never from here."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    addressing_style: str = "auto"  # path | virtual | auto
+    max_attempts: int = 5
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    max_concurrency: int = 8
+
+
+def is_remote(url: str) -> bool:
+    return urlparse(url).scheme in REMOTE_SCHEMES
+
+
+def parse_location(url: str) -> StorageLocation:
+    parsed = urlparse(url)
+    if parsed.scheme not in REMOTE_SCHEMES:
+        raise StorageError(f"not an object-storage URL (s3:// or oss://): {url}")
+    if not parsed.netloc:
+        raise StorageError(f"no bucket in {url}")
+    prefix = parsed.path.lstrip("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return StorageLocation(parsed.scheme, parsed.netloc, prefix)
+
+
+def endpoint_for(location: StorageLocation, settings: StorageSettings) -> str | None:
+    """The endpoint URL: the configured one, or OSS's S3 endpoint for the region."""
+    if settings.endpoint_url:
+        return settings.endpoint_url
+    if location.scheme == "oss":
+        if not settings.region:
+            raise StorageError("oss:// needs storage.region (or storage.endpoint_url)")
+        return f"https://s3.oss-{settings.region}.aliyuncs.com"
+    return None
+
+
+def make_client(location: StorageLocation, settings: StorageSettings):
+    """A boto3 S3 client with standard retries and checksums only when required."""
+    import boto3
+    from botocore.config import Config
+
+    addressing = settings.addressing_style
+    if addressing == "auto":
+        addressing = "virtual" if location.scheme == "oss" else "auto"
+    config = Config(
+        retries={"mode": "standard", "max_attempts": settings.max_attempts},
+        s3={"addressing_style": addressing},
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        connect_timeout=settings.connect_timeout,
+        read_timeout=settings.read_timeout,
+        max_pool_connections=max(10, settings.max_concurrency * 2),
+    )
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint_for(location, settings), region_name=settings.region, config=config
+    )
+
+
+def describe_client_error(exc: Exception) -> str:
+    """A short, secret-free description of a botocore error."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        error = response.get("Error", {})
+        code = error.get("Code", "")
+        message = error.get("Message", "")
+        return f"{code}: {message}".strip(": ") or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str  # full key
+    relative: str  # key below the prefix, "/"-separated
+    size: int
+    etag: str  # without quotes
+
+
+def list_objects(client, location: StorageLocation) -> list[StoredObject]:
+    """Every object under the prefix (folder placeholders skipped)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    objects: list[StoredObject] = []
+    try:
+        paginator = client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=location.bucket, Prefix=location.prefix):
+            for item in page.get("Contents", []):
+                key = item["Key"]
+                relative = key[len(location.prefix) :]
+                if not relative or (relative.endswith("/") and item.get("Size", 0) == 0):
+                    continue
+                objects.append(StoredObject(key, relative, int(item["Size"]), item.get("ETag", "").strip('"')))
+    except (ClientError, BotoCoreError) as exc:
+        raise StorageError(f"cannot list {location.url}: {describe_client_error(exc)}") from None
+    return objects
+
+
+def unsafe_key_reason(relative: str) -> str | None:
+    """Why a relative key must not become a file path, or None if it is safe."""
+    if relative.startswith("/"):
+        return "absolute key"
+    if "\\" in relative:
+        return "backslash in key"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in relative):
+        return "control character in key"
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "empty, '.' or '..' path segment"
+    if len(parts) < 2:
+        return "not inside a model folder"
+    if parts[0].startswith("."):
+        return "hidden model folder"
+    return None

@@ -1,0 +1,126 @@
+"""Model control modes (Triton's ``--model-control-mode``): none, poll, explicit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Protocol
+
+from runtime.errors import InvalidArgument, Unsupported
+from runtime.manager import ModelManager
+from runtime.repository import is_model_folder_name
+from runtime.watch import RepositoryWatcher
+
+logger = logging.getLogger(__name__)
+
+MODES = ("none", "poll", "explicit")
+_DEBOUNCE_SECONDS = 0.5
+
+
+class RepositorySource(Protocol):
+    """Where the repository folder comes from (e.g. an object-storage sync). Methods block."""
+
+    def refresh(self, model: str | None = None) -> dict[str, str]:
+        """Bring the local folder up to date; returns {model: reason} for models that failed."""
+
+    def prune(self) -> None:
+        """Drop local copies nothing refers to any more."""
+
+
+class ModelControl:
+    """Keeps loaded models in step with the repository, by polling or on explicit request."""
+
+    def __init__(
+        self,
+        manager: ModelManager,
+        mode: str = "none",
+        poll_interval: float = 5.0,
+        source: RepositorySource | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"model control mode must be one of {MODES}")
+        self.manager = manager
+        self.mode = mode
+        self.poll_interval = poll_interval
+        self.source = source
+
+    async def refresh(self, model: str | None = None) -> None:
+        """Update the local repository from its source (no-op for a local folder)."""
+        if self.source is None:
+            return
+        failures = await asyncio.to_thread(self.source.refresh, model)
+        if model is None:
+            self.manager.external_failures = dict(failures)
+        else:
+            self.manager.external_failures.pop(model, None)
+            self.manager.external_failures.update(failures)
+        for name, reason in failures.items():
+            entry = self.manager.models.get(name)
+            if entry is not None and entry.ready_versions():
+                entry.reason = f"sync failed, still serving the previous copy: {reason}"
+
+    async def initial_load(self) -> None:
+        await self.refresh()
+        await self.manager.load_all()
+        self._prune()
+
+    async def poll_forever(self) -> None:
+        """Poll mode: reconcile on every watched change, and at least every ``poll_interval``."""
+        watcher = RepositoryWatcher(self.manager.repository.root) if self.source is None else None
+        if watcher is not None:
+            watcher.start()
+        try:
+            while True:
+                if watcher is not None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(watcher.changed.wait(), self.poll_interval)
+                    await asyncio.sleep(_DEBOUNCE_SECONDS)
+                    watcher.changed.clear()
+                else:
+                    await asyncio.sleep(self.poll_interval)
+                try:
+                    await self.refresh()
+                    await self.manager.reconcile()
+                    self._prune()
+                except Exception:  # noqa: BLE001 - keep polling; the serving models stay
+                    logger.exception("repository poll failed; will retry")
+        finally:
+            if watcher is not None:
+                watcher.stop()
+
+    def _prune(self) -> None:
+        if self.source is not None:
+            self.source.prune()
+
+    def _require_explicit(self) -> None:
+        if self.mode != "explicit":
+            raise Unsupported(
+                f"explicit model load / unload is not allowed: model control mode is '{self.mode}'"
+            )
+
+    @staticmethod
+    def _check_request(name: str, parameters: dict, allowed: tuple[str, ...] = ()) -> None:
+        if not is_model_folder_name(name) or "/" in name or "\\" in name or name in (".", ".."):
+            raise InvalidArgument(f"invalid model name '{name}'")
+        refused = sorted(set(parameters) - set(allowed))
+        if refused:
+            raise InvalidArgument(
+                f"parameters {refused} are not accepted: models load only from the configured repository"
+            )
+
+    async def load(self, name: str, parameters: dict | None = None) -> None:
+        """Explicit mode: (re)load a model of the repository by name; raises if it does not become ready."""
+        self._require_explicit()
+        self._check_request(name, parameters or {})
+        await self.refresh(name)
+        self.manager.require_known(name)
+        entry = await self.manager.load_model(name)
+        if not entry.ready_versions() or entry.reason:
+            raise InvalidArgument(f"failed to load '{name}': {entry.reason or 'no version became ready'}")
+
+    async def unload(self, name: str, parameters: dict | None = None) -> None:
+        """Explicit mode: drain and unload every version of a model."""
+        self._require_explicit()
+        self._check_request(name, parameters or {}, allowed=("unload_dependents",))
+        await self.manager.unload_model(name)
