@@ -26,13 +26,18 @@ class ServerProcess:
     """``python -m bootstrap.cli run`` in a subprocess, on free loopback ports."""
 
     def __init__(self, repository: Path, *extra: str, env: dict[str, str] | None = None, log: Path | None = None):
-        self.repository = repository
+        self.repository: Path | str = repository
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.extra = list(extra)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = log or repository.parent / f"server-{self.http_port}.log"
         self.process: subprocess.Popen | None = None
+
+    def with_repository_url(self, url: str) -> ServerProcess:
+        """Serve an object-storage repository (s3://...) instead of a local folder."""
+        self.repository = url
+        return self
 
     @property
     def http_url(self) -> str:
