@@ -1,135 +1,201 @@
-"""Triton-compatible Python backend: ``model.py`` with ``class TritonPythonModel``."""
+"""Triton-compatible Python backend: ``model.py`` with ``class TritonPythonModel``.
+
+By default each instance runs in its own worker process (``parameters { key: "isolation"
+value { string_value: "process" } }``): a crash, ``os._exit`` or hang in user code fails only
+the requests it was executing, and the worker is restarted.  ``"thread"`` runs the model in
+the server process instead.
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
+import multiprocessing
 import threading
-from types import ModuleType
+from typing import Any
 
 import numpy as np
 
-import triton_python_backend_utils as pb_utils
 from handlers.base import HandlerContext, ModelHandler, RequestResult
+from handlers.python_runner import ModelRunner, RunnerSpec, request_payload
 from runtime.datatypes import as_bytes_array
-from runtime.errors import InternalError, ModelLoadError, ServingError, Status
+from runtime.errors import InternalError, ModelLoadError, ServingError, Status, Unavailable
 from runtime.types import InferRequest
 
 logger = logging.getLogger(__name__)
 
-_STATUS_BY_TRITON_CODE = {
-    pb_utils.TritonError.INVALID_ARG: Status.INVALID_ARG,
-    pb_utils.TritonError.NOT_FOUND: Status.NOT_FOUND,
-    pb_utils.TritonError.UNAVAILABLE: Status.UNAVAILABLE,
-    pb_utils.TritonError.UNSUPPORTED: Status.UNSUPPORTED,
-    pb_utils.TritonError.ALREADY_EXISTS: Status.ALREADY_EXISTS,
-    pb_utils.TritonError.CANCELLED: Status.CANCELLED,
-}
-_import_lock = threading.Lock()
+DEFAULT_EXECUTE_TIMEOUT = 600.0
+_START_TIMEOUT = 120.0
 
 
-def _import_model_module(context: HandlerContext) -> ModuleType:
-    path = context.require_model_file()
-    module_name = f"_triton_model_{context.spec.name}_{context.version}_{context.instance_index}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ModelLoadError(f"cannot import '{context.spec.default_model_filename}'")
-    module = importlib.util.module_from_spec(spec)
-    version_dir = str(context.version_dir)
-    with _import_lock:  # sys.path is process-wide
-        sys.path.insert(0, version_dir)
+def _to_result(payload: tuple) -> RequestResult:
+    if payload[0] == "ok":
+        return {name: as_bytes_array(a) if a.dtype == np.object_ else a for name, a in payload[1].items()}
+    _, message, status = payload
+    return ServingError(message, Status(status))
+
+
+class _Worker:
+    """One worker process running a ModelRunner, spoken to over a pipe."""
+
+    def __init__(self, spec: RunnerSpec) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_worker_main, args=(child, spec), daemon=True,
+                                       name=f"triton-python-{spec.model_name}")
+        self.process.start()
+        child.close()
+
+    def call(self, message: tuple, timeout: float) -> Any:
+        """Send a message and wait for the answer; raises ConnectionError or TimeoutError."""
         try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - user code can raise anything
-            raise ModelLoadError(f"model.py failed to import: {type(exc).__name__}: {exc}") from None
-        finally:
-            sys.path.remove(version_dir)
-    return module
+            self.connection.send(message)
+            if not self.connection.poll(timeout):
+                raise TimeoutError
+            return self.connection.recv()
+        except (EOFError, OSError, BrokenPipeError) as exc:
+            raise ConnectionError(str(exc) or type(exc).__name__) from None
+
+    def exit_description(self) -> str:
+        self.process.join(timeout=1)
+        code = self.process.exitcode
+        if code is None:
+            return "did not answer"
+        return f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.connection.close()
+        self.process.close()
+
+
+def _worker_main(connection, spec: RunnerSpec) -> None:
+    """The worker process: load the model, then answer execute/finalize messages."""
+    try:
+        runner = ModelRunner(spec)
+        runner.load()
+    except ModelLoadError as exc:
+        connection.send(("error", str(exc)))
+        return
+    connection.send(("ready", None))
+    while True:
+        try:
+            message = connection.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "execute":
+            connection.send(runner.execute(message[1]))
+        elif message[0] == "finalize":
+            runner.finalize()
+            connection.send(("done", None))
+            return
 
 
 class PythonBackendHandler(ModelHandler):
-    """Runs a user's TritonPythonModel in this process."""
+    """Runs a user's TritonPythonModel, in a worker process or in this process."""
 
     def __init__(self, context: HandlerContext) -> None:
         super().__init__(context)
-        self.model = None
+        params = self.spec.parameters
+        self.isolation = params.get("isolation", "process")
+        try:
+            self.execute_timeout = float(params.get("execute_timeout_seconds", DEFAULT_EXECUTE_TIMEOUT))
+        except ValueError:
+            self.execute_timeout = DEFAULT_EXECUTE_TIMEOUT
+        self._worker: _Worker | None = None
+        self._runner: ModelRunner | None = None
+        self._restart_error = ""
         self._lock = threading.Lock()  # Triton runs one execute at a time per instance
 
-    def initialize_args(self) -> dict[str, str]:
+    def _runner_spec(self) -> RunnerSpec:
         context = self.context
-        return {
-            "model_config": self.spec.to_json(),
-            "model_instance_kind": "GPU" if self.device.startswith("cuda") else "CPU",
-            "model_instance_name": f"{self.spec.name}_{context.instance_index}",
-            "model_instance_device_id": str(context.device_id),
-            "model_repository": str(context.model_dir),
-            "model_version": str(context.version),
-            "model_name": self.spec.name,
-        }
-
-    def load(self) -> None:
-        module = _import_model_module(self.context)
-        model_class = getattr(module, "TritonPythonModel", None)
-        if model_class is None:
-            raise ModelLoadError("model.py defines no class TritonPythonModel")
-        try:
-            self.model = model_class()
-            if hasattr(self.model, "initialize"):
-                self.model.initialize(self.initialize_args())
-        except Exception as exc:  # noqa: BLE001
-            raise ModelLoadError(f"initialize failed: {type(exc).__name__}: {exc}") from None
-
-    def _to_pb_request(self, request: InferRequest) -> pb_utils.InferenceRequest:
-        return pb_utils.InferenceRequest(
-            inputs=[pb_utils.Tensor(t.name, t.data) for t in request.inputs],
-            request_id=request.id,
-            requested_output_names=[o.name for o in request.outputs],
-            parameters=request.parameters,
+        return RunnerSpec(
             model_name=self.spec.name,
-            model_version=self.context.version,
+            version=context.version,
+            instance_index=context.instance_index,
+            model_path=str(context.require_model_file()),
+            version_dir=str(context.version_dir),
+            args={
+                "model_config": self.spec.to_json(),
+                "model_instance_kind": "CPU",
+                "model_instance_name": f"{self.spec.name}_{context.instance_index}",
+                "model_instance_device_id": str(context.device_id),
+                "model_repository": str(context.model_dir),
+                "model_version": str(context.version),
+                "model_name": self.spec.name,
+            },
         )
 
-    def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
-        pb_requests = [self._to_pb_request(r) for r in requests]
-        name = self.spec.name
-        try:
-            with self._lock:
-                responses = self.model.execute(pb_requests)
-        except Exception as exc:  # noqa: BLE001 - user code
-            logger.warning("model '%s' execute raised %s: %s", name, type(exc).__name__, exc)
-            error = InternalError(
-                f"Failed to process the request(s) for model '{name}', message: {type(exc).__name__}: {exc}"
-            )
-            return [error] * len(requests)
-        if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
-            count = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
-            error = InternalError(
-                f"model '{name}' execute returned {count} responses for {len(requests)} requests"
-            )
-            return [error] * len(requests)
-        return [self._result(response) for response in responses]
+    def load(self) -> None:
+        if self.isolation not in ("process", "thread"):
+            raise ModelLoadError(f"parameter isolation must be 'process' or 'thread', not '{self.isolation}'")
+        spec = self._runner_spec()
+        if self.isolation == "thread":
+            self._runner = ModelRunner(spec)
+            self._runner.load()
+        else:
+            self._worker = self._start_worker(spec)
 
-    def _result(self, response: object) -> RequestResult:
-        if not isinstance(response, pb_utils.InferenceResponse):
-            return InternalError(
-                f"model '{self.spec.name}' returned a {type(response).__name__}, not an InferenceResponse"
-            )
-        if response.has_error():
-            error = response.error()
-            return ServingError(error.message(), _STATUS_BY_TRITON_CODE.get(error.code(), Status.INTERNAL))
-        outputs: dict[str, np.ndarray] = {}
-        for tensor in response.output_tensors():
-            array = tensor.as_numpy()
-            outputs[tensor.name()] = as_bytes_array(array) if array.dtype == np.object_ else array
-        return outputs
+    def _start_worker(self, spec: RunnerSpec) -> _Worker:
+        worker = _Worker(spec)
+        try:
+            if not worker.connection.poll(_START_TIMEOUT):
+                raise ModelLoadError(f"the worker did not start within {_START_TIMEOUT:.0f}s")
+            kind, detail = worker.connection.recv()
+        except (EOFError, OSError):
+            description = worker.exit_description()
+            worker.kill()
+            raise ModelLoadError(f"the worker process {description} while loading") from None
+        except ModelLoadError:
+            worker.kill()
+            raise
+        if kind != "ready":
+            worker.kill()
+            raise ModelLoadError(detail)
+        return worker
+
+    def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
+        payload = [request_payload(r) for r in requests]
+        with self._lock:
+            if self._runner is not None:
+                return [_to_result(p) for p in self._runner.execute(payload)]
+            if self._worker is None:
+                error = Unavailable(f"model '{self.spec.name}' worker is not running: {self._restart_error}")
+                return [error] * len(requests)
+            try:
+                answers = self._worker.call(("execute", payload), self.execute_timeout)
+            except TimeoutError:
+                self._replace_worker()
+                message = (f"model '{self.spec.name}' execute did not finish within {self.execute_timeout:g}s: "
+                           "the worker was restarted")
+                return [InternalError(message)] * len(requests)
+            except ConnectionError:
+                description = self._worker.exit_description()
+                self._replace_worker()
+                message = f"model '{self.spec.name}' worker process {description}: the worker was restarted"
+                return [InternalError(message)] * len(requests)
+        return [_to_result(answer) for answer in answers]
+
+    def _replace_worker(self) -> None:
+        logger.warning("model '%s' instance %d: restarting its worker", self.spec.name, self.context.instance_index)
+        self._worker.kill()
+        self._worker = None
+        try:
+            self._worker = self._start_worker(self._runner_spec())
+            self._restart_error = ""
+        except ModelLoadError as exc:
+            self._restart_error = str(exc)
+            logger.error("model '%s': worker restart failed: %s", self.spec.name, exc)
 
     def unload(self) -> None:
-        if self.model is not None and hasattr(self.model, "finalize"):
+        if self._runner is not None:
+            self._runner.finalize()
+            self._runner = None
+        if self._worker is not None:
             try:
-                self.model.finalize()
-            except Exception as exc:  # noqa: BLE001
-                logger.warning("model '%s' finalize raised %s: %s", self.spec.name, type(exc).__name__, exc)
-        self.model = None
-
-
+                self._worker.call(("finalize",), 30.0)
+            except (TimeoutError, ConnectionError):
+                logger.warning("model '%s' worker did not finalize cleanly", self.spec.name)
+            self._worker.kill()
+            self._worker = None

@@ -13,6 +13,7 @@ from runtime.config import ModelSpec
 from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
 from runtime.model import ModelState, ModelVersion
 from runtime.repository import CONFIG_FILE, ModelRepository
+from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,10 @@ class ModelManager:
         use_gpu: bool = True,
         load_concurrency: int = 4,
         drain_timeout: float = 30.0,
+        max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
     ) -> None:
         self.repository = repository
+        self.max_queue_size = max_queue_size
         self.use_gpu = use_gpu
         self.drain_timeout = drain_timeout
         self.models: dict[str, ModelEntry] = {}
@@ -151,7 +154,8 @@ class ModelManager:
         return entry
 
     async def _load_version(self, spec: ModelSpec, version: int, signature: str, started: float) -> ModelVersion:
-        model_version = ModelVersion(spec=spec, version=version, signature=signature)
+        model_version = ModelVersion(spec=spec, version=version, signature=signature,
+                                     max_queue_size=self.max_queue_size)
         contexts = [
             HandlerContext(
                 spec=spec,
@@ -164,8 +168,8 @@ class ModelManager:
             for index in range(spec.instance_count)
         ]
         await asyncio.to_thread(model_version.load, contexts)
-        if model_version.ready:
-            model_version.bind_loop()
+        if model_version.loaded:
+            model_version.start()
             logger.info(
                 "loaded model '%s' version %d (%s, %d instance(s) on %s) in %.2fs",
                 spec.name, version, spec.handler, len(model_version.instances),
@@ -184,7 +188,7 @@ class ModelManager:
             return old
         entry = ModelEntry(name=name, reason=reason, config_digest=digest)
         if old is not None:
-            entry.versions = {v: m for v, m in old.versions.items() if not m.instances}
+            entry.versions = {v: m for v, m in old.versions.items() if not m.loaded}
         self.models[name] = entry
         logger.error("model '%s' UNAVAILABLE: %s", name, reason)
         return entry
@@ -201,7 +205,7 @@ class ModelManager:
         if not await model_version.drain(self.drain_timeout):
             logger.warning("model '%s' version %d: in-flight requests did not finish in %.0fs",
                            model_version.name, model_version.version, self.drain_timeout)
-        await asyncio.to_thread(model_version.unload)
+        await model_version.stop()
         logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
 
     async def unload_model(self, name: str, forget: bool = False) -> None:
@@ -296,7 +300,7 @@ class ModelManager:
                 model_version.state = ModelState.UNLOADING
         await asyncio.gather(*(m.drain(drain_timeout) for m in versions if m.instances))
         for model_version in versions:
-            await asyncio.to_thread(model_version.unload)
+            await model_version.stop()
             logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
         await self.wait_retired()
 

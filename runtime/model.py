@@ -1,4 +1,4 @@
-"""A loaded model version: its handler instances and the way requests reach them."""
+"""A loaded model version: its handler instances, its scheduler and its statistics."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from handlers import HandlerContext, ModelHandler, RequestResult, handler_class
+from handlers import HandlerContext, ModelHandler, handler_class
 from runtime.config import ModelSpec
-from runtime.errors import InternalError, ModelLoadError, ServingError, Unavailable
+from runtime.errors import ModelLoadError, ServingError, Unavailable
+from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest
 from runtime.warmup import run_warmup
@@ -37,9 +38,10 @@ class ModelVersion:
     state: ModelState = ModelState.LOADING
     reason: str = ""
     signature: str = ""  # what the version folder held when loaded (detects changes on disk)
+    max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     instances: list[ModelHandler] = field(default_factory=list)
     stats: ModelStatistics = field(default_factory=ModelStatistics)
-    _idle: asyncio.Queue | None = field(default=None, repr=False)
+    scheduler: Scheduler | None = field(default=None, repr=False)
     _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
     _in_flight: int = 0
     _drained: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -56,14 +58,18 @@ class ModelVersion:
     def device(self) -> str:
         return self.instances[0].device if self.instances else "-"
 
+    @property
+    def pending(self) -> int:
+        return self.scheduler.pending if self.scheduler else 0
+
     def load(self, contexts: list[HandlerContext]) -> None:
-        """Create and load every instance (blocking: call from a worker thread)."""
+        """Create, load and warm up every instance (blocking: call from a worker thread)."""
         cls = handler_class(self.spec.handler)
         try:
             for context in contexts:
                 instance = cls(context)
-                instance.load()
                 self.instances.append(instance)
+                instance.load()
                 run_warmup(self.spec, context.model_dir, instance)
         except ModelLoadError as exc:
             self._unload_instances()
@@ -77,54 +83,33 @@ class ModelVersion:
         self._executor = ThreadPoolExecutor(
             max_workers=len(self.instances), thread_name_prefix=f"{self.name}-v{self.version}"
         )
+
+    def start(self) -> None:
+        """Start scheduling on the running event loop; the version is READY from here on."""
+        self.scheduler = Scheduler(self.spec, self.instances, self._executor, self.stats, self.max_queue_size)
+        self._drained.set()
         self.state, self.reason = ModelState.READY, ""
 
-    def bind_loop(self) -> None:
-        """Create the idle-instance queue on the running event loop."""
-        self._idle = asyncio.Queue()
-        for instance in self.instances:
-            self._idle.put_nowait(instance)
-        self._drained.set()
+    @property
+    def loaded(self) -> bool:
+        return self._executor is not None and bool(self.instances)
 
     async def infer(self, request: InferRequest, batch_size: int) -> dict[str, np.ndarray]:
-        """Run one request; its outcome and timings go into :attr:`stats`."""
+        """Run one request through the scheduler; its outcome and timings go into :attr:`stats`."""
+        if not self.ready or self.scheduler is None:
+            raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
         started = time.perf_counter_ns()
         ok, queue_ns = False, 0
+        self._in_flight += 1
+        self._drained.clear()
         try:
-            results, queue_ns = await self.execute([request], batch_size)
-            (result,) = results
+            result, queue_ns = await self.scheduler.submit(request, batch_size)
             if isinstance(result, ServingError):
                 raise result
             ok = True
             return result
         finally:
             self.stats.record_request(ok, time.perf_counter_ns() - started, queue_ns, batch_size)
-
-    async def execute(self, requests: list[InferRequest], batch_size: int) -> tuple[list[RequestResult], int]:
-        """Run requests together on the next idle instance, in a worker thread.
-
-        Returns one result per request and the nanoseconds spent waiting for an instance.
-        """
-        if not self.ready or self._idle is None:
-            raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
-        self._in_flight += 1
-        self._drained.clear()
-        try:
-            queued = time.perf_counter_ns()
-            instance = await self._idle.get()
-            queue_ns = time.perf_counter_ns() - queued
-            try:
-                loop = asyncio.get_running_loop()
-                started = time.perf_counter_ns()
-                results = await loop.run_in_executor(self._executor, instance.execute, requests)
-                self.stats.record_execution(batch_size, 0, time.perf_counter_ns() - started, 0, len(requests))
-            finally:
-                self._idle.put_nowait(instance)
-            if len(results) != len(requests):
-                error = InternalError(f"model '{self.name}' returned {len(results)} results for {len(requests)}")
-                results = [error] * len(requests)
-            return results, queue_ns
-        finally:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._drained.set()
@@ -136,6 +121,13 @@ class ModelVersion:
             return True
         except TimeoutError:
             return False
+
+    async def stop(self) -> None:
+        """Stop scheduling (queued requests get UNAVAILABLE), then unload in a worker thread."""
+        if self.scheduler is not None:
+            await self.scheduler.close()
+            self.scheduler = None
+        await asyncio.to_thread(self.unload)
 
     def unload(self) -> None:
         """Release every instance (blocking: finalize may run user code)."""

@@ -1,0 +1,248 @@
+"""Per-model-version scheduling: a bounded queue, one consumer per instance, adaptive dynamic batching.
+
+Without ``dynamic_batching`` each request runs alone on the next free instance.  With it,
+a free instance takes the oldest request and every compatible queued one (same non-batch
+shapes) up to ``max_batch_size``; it waits for more only when the measured arrival rate can
+fill the batch sooner than one execution takes, and never past ``max_queue_delay_microseconds``.
+Tensor models get one concatenated batch; Python-backend models get the list of requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from handlers import ModelHandler, RequestResult, TensorHandler
+from runtime.config import ModelSpec
+from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
+from runtime.stats import ModelStatistics
+from runtime.types import InferRequest
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_QUEUE_SIZE = 1024
+_EWMA = 0.2
+
+
+@dataclass
+class _Item:
+    request: InferRequest
+    batch_size: int
+    signature: tuple
+    future: asyncio.Future
+    enqueued_ns: int = field(default_factory=time.perf_counter_ns)
+    dispatched_ns: int = 0
+
+
+def _signature(request: InferRequest, batched: bool) -> tuple:
+    """Requests with equal signatures can be concatenated along the batch dim."""
+    return tuple(sorted((t.name, t.datatype, tuple(t.shape[1:] if batched else t.shape)) for t in request.inputs))
+
+
+class Scheduler:
+    """Queues requests for one model version and runs them on its instances."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        instances: list[ModelHandler],
+        executor: ThreadPoolExecutor,
+        stats: ModelStatistics,
+        default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+    ) -> None:
+        self.spec = spec
+        self.executor = executor
+        self.stats = stats
+        batching = spec.dynamic_batching
+        self.batching = batching is not None and spec.max_batch_size > 0
+        self.concatenate = self.batching and all(isinstance(i, TensorHandler) for i in instances)
+        self.max_batch = spec.max_batch_size if self.batching else 0
+        preferred = [p for p in (batching.preferred_batch_sizes if batching else ()) if 0 < p <= self.max_batch]
+        self.target_batch = max(preferred) if preferred else self.max_batch
+        self.max_delay = (batching.max_queue_delay_microseconds / 1e6) if batching else 0.0
+        policy = batching.queue_policy if batching else None
+        self.max_queue = (policy.max_queue_size if policy and policy.max_queue_size > 0 else default_max_queue_size)
+        self.default_timeout = (policy.default_timeout_microseconds / 1e6) if policy else 0.0
+        self._queue: deque[_Item] = deque()
+        self._arrival = asyncio.Event()
+        self._mean_gap = float("inf")  # EWMA of seconds between arrivals
+        self._mean_request_batch = 1.0
+        self._last_arrival = 0.0
+        self._exec_seconds: float | None = None  # EWMA of one execution
+        self._consumers = [asyncio.create_task(self._consume(i)) for i in instances]
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    async def submit(self, request: InferRequest, batch_size: int) -> tuple[RequestResult, int]:
+        """Queue a request; returns its result and the nanoseconds it spent queued."""
+        if len(self._queue) >= self.max_queue:
+            raise Unavailable(f"Exceeds maximum queue size ({self.max_queue}) of model '{self.spec.name}'")
+        timeout = _request_timeout(request, self.default_timeout)
+        item = _Item(request, batch_size, _signature(request, self.batching),
+                     asyncio.get_running_loop().create_future())
+        self._note_arrival(batch_size)
+        self._queue.append(item)
+        self._arrival.set()
+        try:
+            result = await asyncio.wait_for(asyncio.shield(item.future), timeout) if timeout else await item.future
+        except TimeoutError:
+            if item.future.done() and not item.future.cancelled():
+                result = item.future.result()  # it finished in the same instant
+            else:
+                item.future.cancel()
+                raise Unavailable("Request timeout expired") from None
+        except asyncio.CancelledError:
+            item.future.cancel()  # the client went away: never run it
+            raise
+        return result, item.dispatched_ns - item.enqueued_ns
+
+    async def close(self) -> None:
+        for consumer in self._consumers:
+            consumer.cancel()
+        await asyncio.gather(*self._consumers, return_exceptions=True)
+        while self._queue:
+            item = self._queue.popleft()
+            if not item.future.done():
+                item.future.set_exception(Unavailable(f"model '{self.spec.name}' is unloading"))
+
+    # -- batching --------------------------------------------------------------
+    def _note_arrival(self, batch_size: int) -> None:
+        now = time.monotonic()
+        if self._last_arrival:
+            gap = now - self._last_arrival
+            self._mean_gap = gap if self._mean_gap == float("inf") else (1 - _EWMA) * self._mean_gap + _EWMA * gap
+        self._last_arrival = now
+        self._mean_request_batch = (1 - _EWMA) * self._mean_request_batch + _EWMA * batch_size
+
+    def wait_window(self, batched: int) -> float:
+        """How long to hold a batch of ``batched`` for more requests (0: run now)."""
+        if self.max_delay <= 0 or batched >= self.target_batch or self._exec_seconds is None:
+            return 0.0
+        if self._mean_gap == float("inf") or time.monotonic() - self._last_arrival > self.max_delay:
+            return 0.0  # nothing arriving: waiting only adds latency
+        missing_requests = (self.target_batch - batched) / max(self._mean_request_batch, 1.0)
+        fill_seconds = missing_requests * self._mean_gap
+        if fill_seconds > self._exec_seconds:
+            return 0.0  # the queue cannot fill it before an execution would finish: run now
+        return min(self.max_delay, fill_seconds)
+
+    def _pop_next(self) -> _Item | None:
+        while self._queue:
+            item = self._queue.popleft()
+            if not item.future.done():
+                return item
+        return None
+
+    def _take_compatible(self, batch: list[_Item], total: int) -> int:
+        if not self._queue:
+            return total
+        kept: deque[_Item] = deque()
+        signature = batch[0].signature
+        while self._queue:
+            item = self._queue.popleft()
+            if item.future.done():
+                continue
+            fits = total + item.batch_size <= self.max_batch and total < self.target_batch
+            if fits and (not self.concatenate or item.signature == signature):
+                batch.append(item)
+                total += item.batch_size
+            else:
+                kept.append(item)
+        self._queue = kept
+        return total
+
+    async def _next_batch(self) -> list[_Item]:
+        while (first := self._pop_next()) is None:
+            self._arrival.clear()
+            await self._arrival.wait()
+        batch = [first]
+        if not self.batching:
+            return batch
+        total = self._take_compatible(batch, first.batch_size)
+        deadline = time.monotonic() + self.wait_window(total)
+        while total < self.target_batch and (remaining := deadline - time.monotonic()) > 0:
+            self._arrival.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrival.wait(), remaining)
+            total = self._take_compatible(batch, total)
+        return batch
+
+    async def _consume(self, instance: ModelHandler) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._next_batch()
+            batch = [item for item in batch if not item.future.done()]
+            if not batch:
+                continue
+            now = time.perf_counter_ns()
+            for item in batch:
+                item.dispatched_ns = now
+            total = sum(item.batch_size for item in batch)
+            started = time.perf_counter_ns()
+            try:
+                results = await loop.run_in_executor(self.executor, self._execute, instance, batch)
+            except Exception as exc:  # noqa: BLE001 - a handler bug fails this batch only
+                logger.exception("model '%s' execution failed", self.spec.name)
+                results = [InternalError(f"execution failed: {type(exc).__name__}")] * len(batch)
+            elapsed = time.perf_counter_ns() - started
+            self.stats.record_execution(total, 0, elapsed, 0, len(batch))
+            seconds = elapsed / 1e9
+            self._exec_seconds = seconds if self._exec_seconds is None else (
+                (1 - _EWMA) * self._exec_seconds + _EWMA * seconds)
+            for item, result in zip(batch, results, strict=True):
+                if not item.future.done():
+                    item.future.set_result(result)
+
+    def _execute(self, instance: ModelHandler, batch: list[_Item]) -> list[RequestResult]:
+        """Runs in a worker thread: one execution for the whole batch."""
+        requests = [item.request for item in batch]
+        if not self.concatenate or len(batch) == 1:
+            results = instance.execute(requests)
+        else:
+            results = _run_concatenated(instance, batch)
+        if len(results) != len(requests):
+            error = InternalError(f"model '{self.spec.name}' returned {len(results)} results for {len(requests)}")
+            return [error] * len(requests)
+        return results
+
+
+def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[RequestResult]:
+    names = [t.name for t in batch[0].request.inputs]
+    inputs = {name: np.concatenate([item.request.input_arrays()[name] for item in batch]) for name in names}
+    try:
+        outputs = instance.run(inputs)
+    except ServingError:
+        # One bad request must not fail its neighbours: run each alone to isolate it.
+        return instance.execute([item.request for item in batch])
+    total = sum(item.batch_size for item in batch)
+    results: list[RequestResult] = []
+    offset = 0
+    for item in batch:
+        sliced = {}
+        for name, array in outputs.items():
+            if array.ndim == 0 or array.shape[0] != total:
+                error = InternalError(f"output '{name}' has batch dim {array.shape[:1]}, expected {total}")
+                return [error] * len(batch)
+            sliced[name] = array[offset : offset + item.batch_size]
+        results.append(sliced)
+        offset += item.batch_size
+    return results
+
+
+def _request_timeout(request: InferRequest, default: float) -> float:
+    """The request's ``timeout`` parameter (microseconds), else the queue policy's default."""
+    value = request.parameters.get("timeout")
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidArgument("parameter 'timeout' must be a non-negative integer of microseconds")
+    return value / 1e6
