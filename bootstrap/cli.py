@@ -25,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--host", help="address to listen on")
     run.add_argument("--http-port", type=int, help="HTTP port (default 8000)")
     run.add_argument("--grpc-port", type=int, help="gRPC port (default 8001)")
+    run.add_argument("--metrics-port", type=int, help="Prometheus metrics port (default 8002)")
     run.add_argument("--no-http", action="store_true", help="do not serve HTTP")
+    run.add_argument("--no-metrics", action="store_true", help="do not serve metrics")
     run.add_argument("--no-grpc", action="store_true", help="do not serve gRPC")
     run.add_argument("--auth-token", help=f"require this token (also ${AUTH_TOKEN_ENV} or function.yaml auth.token)")
     run.add_argument("--device", choices=["auto", "gpu", "cpu"], help="where models run")
@@ -56,6 +58,10 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         settings.http_port = args.http_port
     if args.grpc_port is not None:
         settings.grpc_port = args.grpc_port
+    if args.metrics_port is not None:
+        settings.metrics_port = args.metrics_port
+    if args.no_metrics:
+        settings.metrics_port = None
     if args.no_http:
         settings.http_port = None
     if args.no_grpc:
@@ -81,6 +87,8 @@ async def _serve(settings: FunctionSettings) -> int:
         host=settings.host,
         http_port=settings.http_port,
         grpc_port=settings.grpc_port,
+        metrics_port=settings.metrics_port,
+        default_max_queue_size=settings.default_max_queue_size,
         use_gpu=settings.use_gpu,
         max_body_bytes=settings.max_request_bytes,
         grpc_max_message_bytes=settings.grpc_max_message_bytes,

@@ -26,6 +26,8 @@ class FunctionSettings:
     host: str = "0.0.0.0"
     http_port: int | None = 8000
     grpc_port: int | None = 8001
+    metrics_port: int | None = 8002
+    default_max_queue_size: int = 1024
     device: str = "auto"  # auto | gpu | cpu
     max_request_bytes: int = 64 * 1024 * 1024
     grpc_max_message_bytes: int = 128 * 1024 * 1024
@@ -122,7 +124,8 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     unknown = sorted(set(data) - _TOP_LEVEL)
     if unknown:
         raise SettingsError(f"unknown function.yaml keys: {unknown}")
-    server = _section(data, "server", {"host", "http_port", "grpc_port", "max_request_bytes", "grpc_max_message_bytes"})
+    server = _section(data, "server", {"host", "http_port", "grpc_port", "metrics_port", "max_request_bytes",
+                                       "grpc_max_message_bytes", "default_max_queue_size"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -145,6 +148,9 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     settings.host = str(server.get("host", settings.host))
     settings.http_port = _port(server.get("http_port", settings.http_port), "server.http_port")
     settings.grpc_port = _port(server.get("grpc_port", settings.grpc_port), "server.grpc_port")
+    settings.metrics_port = _port(server.get("metrics_port", settings.metrics_port), "server.metrics_port")
+    settings.default_max_queue_size = _positive_int(server, "default_max_queue_size",
+                                                    settings.default_max_queue_size, "server")
     settings.max_request_bytes = _positive_int(server, "max_request_bytes", settings.max_request_bytes, "server")
     settings.grpc_max_message_bytes = _positive_int(
         server, "grpc_max_message_bytes", settings.grpc_max_message_bytes, "server"

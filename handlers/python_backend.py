@@ -49,11 +49,12 @@ class _Worker:
         """Send a message and wait for the answer; raises ConnectionError or TimeoutError."""
         try:
             self.connection.send(message)
-            if not self.connection.poll(timeout):
-                raise TimeoutError
-            return self.connection.recv()
-        except (EOFError, OSError, BrokenPipeError) as exc:
+            answered = self.connection.poll(timeout)
+            if answered:
+                return self.connection.recv()
+        except (EOFError, OSError) as exc:
             raise ConnectionError(str(exc) or type(exc).__name__) from None
+        raise TimeoutError(f"no answer within {timeout:g}s")
 
     def exit_description(self) -> str:
         self.process.join(timeout=1)

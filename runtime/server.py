@@ -15,10 +15,11 @@ from runtime.auth import TokenAuth
 from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
 from runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES, create_grpc_server
-from runtime.http.app import create_http_app
+from runtime.http.app import create_http_app, create_metrics_app
 from runtime.http.body import DEFAULT_MAX_BODY_BYTES
 from runtime.manager import ModelManager
 from runtime.repository import ModelRepository
+from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,9 @@ class ServerOptions:
     host: str = "0.0.0.0"
     http_port: int | None = 8000
     grpc_port: int | None = 8001
+    metrics_port: int | None = 8002
     use_gpu: bool = True
+    default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     auth_token: str | None = None
@@ -43,9 +46,9 @@ class ServerOptions:
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
 
 
-def _hypercorn_config(options: ServerOptions) -> HypercornConfig:
+def _hypercorn_config(options: ServerOptions, port: int) -> HypercornConfig:
     config = HypercornConfig()
-    config.bind = [f"{options.host}:{options.http_port}"]
+    config.bind = [f"{options.host}:{port}"]
     config.graceful_timeout = options.shutdown_timeout
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
@@ -59,7 +62,10 @@ class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.manager = ModelManager(
-            ModelRepository(options.model_repository), use_gpu=options.use_gpu, drain_timeout=options.shutdown_timeout
+            ModelRepository(options.model_repository),
+            use_gpu=options.use_gpu,
+            drain_timeout=options.shutdown_timeout,
+            max_queue_size=options.default_max_queue_size,
         )
         self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source)
         self.service = InferenceService(self.manager, self.control)
@@ -81,9 +87,14 @@ class Server:
             logger.info("gRPC endpoint on %s", address)
         if options.http_port is not None:
             app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health)
-            config = _hypercorn_config(options)
+            config = _hypercorn_config(options, options.http_port)
             tasks.append(asyncio.create_task(hypercorn_serve(app, config, shutdown_trigger=servers_stop.wait)))
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", options.host, options.http_port)
+        if options.metrics_port is not None:
+            metrics = create_metrics_app(self.service, auth)
+            config = _hypercorn_config(options, options.metrics_port)
+            tasks.append(asyncio.create_task(hypercorn_serve(metrics, config, shutdown_trigger=servers_stop.wait)))
+            logger.info("metrics on %s:%d/metrics", options.host, options.metrics_port)
         background = [asyncio.create_task(self._initial_load(stop))]
         if options.idle_timeout > 0:
             background.append(asyncio.create_task(self._exit_when_idle(stop)))

@@ -29,6 +29,7 @@ class ServerProcess:
         self.repository: Path | str = repository
         self.http_port = free_port()
         self.grpc_port = free_port()
+        self.metrics_port = free_port()
         self.extra = list(extra)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = log or repository.parent / f"server-{self.http_port}.log"
@@ -54,6 +55,7 @@ class ServerProcess:
             "--host", "127.0.0.1",
             "--http-port", str(self.http_port),
             "--grpc-port", str(self.grpc_port),
+            "--metrics-port", str(self.metrics_port),
             *self.extra,
         ]
 

@@ -9,7 +9,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -18,6 +18,7 @@ from runtime.core import InferenceService
 from runtime.errors import InvalidArgument, ServingError, Status, Unauthenticated
 from runtime.http.body import DEFAULT_MAX_BODY_BYTES, compress, read_body
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
+from runtime.metrics import render_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -202,4 +203,17 @@ def create_http_app(
             HTTPException: _http_error,
             Exception: _unexpected_error,
         },
+    )
+
+
+def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None) -> Starlette:
+    """Prometheus ``/metrics`` (served on its own port, 8002 by default)."""
+
+    async def metrics(request: Request) -> Response:
+        return PlainTextResponse(render_metrics(service.manager), media_type="text/plain; version=0.0.4")
+
+    return Starlette(
+        routes=[Route("/metrics", metrics, methods=["GET"])],
+        middleware=[Middleware(TokenAuthMiddleware, auth=auth, exempt_health=False)] if auth else [],
+        exception_handlers={HTTPException: _http_error, Exception: _unexpected_error},
     )
