@@ -89,6 +89,10 @@ class OnnxRuntimeHandler(TensorHandler):
             options.intra_op_num_threads = int(params["intra_op_thread_count"])
         if params.get("inter_op_thread_count", "").isdigit():
             options.inter_op_num_threads = int(params["inter_op_thread_count"])
+        # Spinning intra-op threads burn the cores the event loop and other instances need.
+        spinning = "1" if params.get("allow_spinning", "0") == "1" else "0"
+        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+        options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
         try:
             self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types

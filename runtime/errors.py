@@ -72,5 +72,9 @@ class DeadlineExceeded(ServingError):
     status = Status.DEADLINE_EXCEEDED
 
 
+class Cancelled(ServingError):
+    status = Status.CANCELLED
+
+
 class ModelLoadError(Exception):
     """A model could not be loaded; the message becomes its UNAVAILABLE reason."""

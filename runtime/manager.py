@@ -298,10 +298,11 @@ class ModelManager:
         for model_version in versions:
             if model_version.ready:
                 model_version.state = ModelState.UNLOADING
-        await asyncio.gather(*(m.drain(drain_timeout) for m in versions if m.instances))
+        await asyncio.gather(*(m.drain(drain_timeout) for m in versions if m.loaded))
         for model_version in versions:
-            await model_version.stop()
-            logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
+            if model_version.loaded:
+                await model_version.stop()
+                logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
         await self.wait_retired()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from examples.build_models import EXAMPLE_REPOSITORY, build_add_sub_onnx, build_example_models
@@ -34,6 +35,26 @@ VERSION_PYTHON = python_model_source(
 )
 
 
+def write_external_data_onnx(path: Path, location: str) -> None:
+    """An add-sub-like ONNX model whose initializer claims to live in an external file at ``location``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.zeros(16, dtype=np.int32), "W")
+    weight.ClearField("raw_data")
+    weight.ClearField("int32_data")
+    weight.data_location = TensorProto.EXTERNAL
+    weight.external_data.add(key="location", value=location)
+    shape = ["batch", 16]
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT0", "W"], ["OUTPUT0"]), helper.make_node("Sub", ["INPUT1", "W"], ["OUTPUT1"])],
+        "external", [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("INPUT0", "INPUT1")],
+        [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("OUTPUT0", "OUTPUT1")],
+        initializer=[weight],
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+
+
 def add_test_models(repository: Path) -> None:
     """Models beside the examples: broken ones, versioned ones, misbehaving Python ones."""
     build_add_sub_onnx(repository / "simple_int32" / "1" / "model.onnx", datatype="INT32")
@@ -47,6 +68,8 @@ def add_test_models(repository: Path) -> None:
                 {"1/model.py": python_model_source("return []")})
     good = (repository / "simple_int32" / "1" / "model.onnx").read_bytes()
     write_model(repository, "truncated_onnx", ONNX_ADD_SUB_CONFIG, {"1/model.onnx": good[: len(good) // 2]})
+    write_external_data_onnx(repository / "external_data_onnx" / "1" / "model.onnx", "../../../outside.bin")
+    write_model(repository, "external_data_onnx", ONNX_ADD_SUB_CONFIG)
     write_model(repository, "import_error_python", IDENTITY_PYTHON_CONFIG,
                 {"1/model.py": "import module_that_does_not_exist\n"})
 

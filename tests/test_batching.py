@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import textwrap
 import threading
+import time
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -55,11 +59,12 @@ input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 dynamic_batching { default_queue_policy { max_queue_size: 2 default_timeout_microseconds: %d } }
 """
-SLOW_ECHO = python_model_source("""
+SLOW_ECHO_BODY = """
 time.sleep(0.4)
 return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
         for r in requests]
-""")
+"""
+SLOW_ECHO = python_model_source(SLOW_ECHO_BODY)
 
 FRAGILE_CONFIG = """
 backend: "python"
@@ -86,8 +91,15 @@ return [pb_utils.InferenceResponse([
 
 
 @pytest.fixture(scope="module")
-def batch_server(tmp_path_factory):
+def started_log(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("abandoned") / "started.txt"
+
+
+@pytest.fixture(scope="module")
+def batch_server(tmp_path_factory, started_log):
     repository = tmp_path_factory.mktemp("batching") / "models"
+    write_model(repository, "abandoned", QUEUED_CONFIG % 0, {"1/model.py": python_model_source(
+        f"open({str(started_log)!r}, 'a').write('x')\n" + textwrap.dedent(SLOW_ECHO_BODY).replace("0.4", "1.5"))})
     build_add_sub_onnx(repository / "batched_onnx" / "1" / "model.onnx", dims=-1)
     write_model(repository, "batched_onnx", BATCHED_ONNX)
     write_model(repository, "batched_python", PY_BATCHED_CONFIG, {"1/model.py": PY_BATCHED})
@@ -271,3 +283,28 @@ def test_metrics_endpoint(batch_server):
     total = lines['serverless_triton_batch_size_count{model="batched_onnx",version="1"}']
     assert total > bucket_one  # some executions had batches larger than 1
     assert lines['nv_inference_request_failure{model="bounded_queue",version="1"}'] >= 0
+
+
+def test_a_request_whose_client_went_away_is_never_run(batch_server, started_log):
+    """One slow request holds the single instance; two more queue, their clients give up, and they never run."""
+    holder = threading.Thread(target=lambda: _echo(batch_server.http_url, "abandoned", 1.0))
+    holder.start()
+    deadline = time.monotonic() + 30
+    while not (started_log.exists() and started_log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert started_log.read_text() == "x"  # the holder is executing: what comes next must queue
+    http_client = httpclient.InferenceServerClient(batch_server.http_url, network_timeout=0.2)
+    tensor = httpclient.InferInput("IN", [1, 1], "FP32")
+    tensor.set_data_from_numpy(np.array([[2.0]], dtype=np.float32))
+    with pytest.raises(Exception):  # noqa: B017 - the client's own timeout, whatever its type
+        http_client.infer("abandoned", [tensor])
+    grpc_client = grpcclient.InferenceServerClient(batch_server.grpc_url)
+    grpc_tensor = grpcclient.InferInput("IN", [1, 1], "FP32")
+    grpc_tensor.set_data_from_numpy(np.array([[3.0]], dtype=np.float32))
+    with pytest.raises(InferenceServerException) as info:
+        grpc_client.infer("abandoned", [grpc_tensor], client_timeout=0.2)
+    assert "Deadline" in info.value.message() or "DEADLINE" in str(info.value.status())
+    holder.join(30)
+    time.sleep(1.0)  # long enough for the abandoned requests to have run, had they been kept
+    assert started_log.read_text() == "x"
+    assert _stats(batch_server, "abandoned")["execution_count"] == 1

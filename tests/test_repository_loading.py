@@ -38,6 +38,7 @@ def test_bad_config_makes_only_that_model_unavailable(index, http_client, model,
         ("missing_file", "missing model file 'model.onnx'"),
         ("truncated_onnx", "ONNX"),
         ("import_error_python", "ModuleNotFoundError"),
+        ("external_data_onnx", "refers to external data outside the model folder"),
     ],
 )
 def test_bad_version_is_unavailable_with_its_reason(index, model, reason):

@@ -45,6 +45,11 @@ def _unary(method):
     return wrapper
 
 
+def _require_default_repository(request) -> None:
+    if request.repository_name:
+        raise Unsupported("this server has one repository: leave repository_name empty")
+
+
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Implements each RPC by calling the core and converting the result."""
 
@@ -84,8 +89,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_unary
     async def RepositoryIndex(self, request, context):
-        if request.repository_name:
-            raise Unsupported("this server has one repository: leave repository_name empty")
+        _require_default_repository(request)
         rows = self.service.repository_index(ready_only=request.ready)
         return from_dict({"models": rows}, service_pb2.RepositoryIndexResponse)
 
@@ -134,14 +138,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_unary
     async def RepositoryModelLoad(self, request, context):
-        if request.repository_name:
-            raise Unsupported("this server has one repository: leave repository_name empty")
+        _require_default_repository(request)
         await self.service.load_model(request.model_name, parameters_to_dict(request.parameters))
         return service_pb2.RepositoryModelLoadResponse()
 
     @_unary
     async def RepositoryModelUnload(self, request, context):
-        if request.repository_name:
-            raise Unsupported("this server has one repository: leave repository_name empty")
+        _require_default_repository(request)
         await self.service.unload_model(request.model_name, parameters_to_dict(request.parameters))
         return service_pb2.RepositoryModelUnloadResponse()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -15,12 +17,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
-from runtime.errors import InvalidArgument, ServingError, Status, Unauthenticated
+from runtime.errors import Cancelled, InvalidArgument, ServingError, Status, Unauthenticated
 from runtime.http.body import DEFAULT_MAX_BODY_BYTES, compress, read_body
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
 from runtime.metrics import render_metrics
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HTTP_STATUS = {
     Status.INVALID_ARG: 400,
@@ -117,7 +120,7 @@ class V2Endpoints:
             )
         else:
             infer_request, binary_default = decode_infer_request(body, header_length, name, version)
-        response = await self.service.infer(infer_request)
+        response = await _unless_disconnected(request, self.service.infer(infer_request))
         payload, json_length = encode_infer_response(response, binary_default)
         headers = {}
         if json_length is not None:
@@ -127,6 +130,25 @@ class V2Endpoints:
             headers["Content-Encoding"] = encoding
         media_type = "application/octet-stream" if json_length is not None else "application/json"
         return Response(payload, headers=headers, media_type=media_type)
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``, cancelling it (so a queued request never runs) if the client disconnects."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise Cancelled("the client disconnected")
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _serving_error(request: Request, exc: Exception) -> Response:

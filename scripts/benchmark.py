@@ -1,0 +1,448 @@
+"""Benchmark: our server against bare onnxruntime and Seldon MLServer, in one run.
+
+    .venv/bin/python scripts/benchmark.py [--quick] [--skip-mlserver] [--output bench_results.json]
+
+Starts `bootstrap run` on loopback with a generated repository (a compute-bound MLP and a
+near-identity model, each with dynamic batching on and off), drives it with the real
+tritonclient (gRPC and HTTP, asyncio, concurrency 1..64), and prints, for each point,
+throughput and p50/p99 latency, plus these ratios:
+
+- served throughput / bare in-process onnxruntime throughput at the same batch size
+  (the request's batch size, and the mean batch size the server actually executed);
+- dynamic batching on / off;
+- our throughput / MLServer's (1.7.1, installed by this script into its own venv,
+  serving the same ONNX file through a small custom MLModel) at the same concurrency;
+- p50 latency overhead of the near-identity model over gRPC at concurrency 1.
+
+Results also go to a JSON file.  Nothing here is a test: the numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from examples.build_models import build_dense_onnx  # noqa: E402
+
+WIDTH, LAYERS = 1024, 8
+IDENTITY_WIDTH = 16
+CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+MAX_BATCH = 64
+MLSERVER_VERSION = "1.7.1"
+
+DENSE_CONFIG = """
+platform: "onnxruntime_onnx"
+max_batch_size: {max_batch}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {width} ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {width} ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+{batching}
+"""
+BATCHING = "dynamic_batching { max_queue_delay_microseconds: 2000 }"
+
+
+@dataclass
+class Point:
+    target: str
+    model: str
+    protocol: str
+    concurrency: int
+    requests: int
+    seconds: float
+    throughput: float  # inferences (samples) per second
+    p50_ms: float
+    p99_ms: float
+    errors: int = 0
+    mean_executed_batch: float | None = None
+
+
+@dataclass
+class Results:
+    machine: dict
+    bare_onnxruntime: dict = field(default_factory=dict)  # model -> {batch size: samples/s, latency}
+    points: list[Point] = field(default_factory=list)
+    ratios: dict = field(default_factory=dict)
+    targets: dict = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 120.0, process: subprocess.Popen | None = None) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready")
+
+
+def build_repository(folder: Path) -> Path:
+    """dense (batching on), dense_nobatch, identity (the near-identity model, no batching)."""
+    model = folder / "dense" / "1" / "model.onnx"
+    build_dense_onnx(model, width=WIDTH, layers=LAYERS)
+    (folder / "dense" / "config.pbtxt").write_text(
+        DENSE_CONFIG.format(max_batch=MAX_BATCH, width=WIDTH, batching=BATCHING))
+    (folder / "dense_nobatch" / "1").mkdir(parents=True)
+    os.link(model, folder / "dense_nobatch" / "1" / "model.onnx")
+    (folder / "dense_nobatch" / "config.pbtxt").write_text(
+        DENSE_CONFIG.format(max_batch=MAX_BATCH, width=WIDTH, batching=""))
+    build_identity_onnx(folder / "identity" / "1" / "model.onnx")
+    (folder / "identity" / "config.pbtxt").write_text(
+        DENSE_CONFIG.format(max_batch=MAX_BATCH, width=IDENTITY_WIDTH, batching=""))
+    return folder
+
+
+def build_identity_onnx(path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])], "identity",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", IDENTITY_WIDTH])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", IDENTITY_WIDTH])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+def bare_onnxruntime(model_path: Path, width: int, batch_sizes: list[int], seconds: float) -> dict[int, dict]:
+    """Samples per second of session.run in this process, one call at a time, per batch size."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    result = {}
+    for batch in batch_sizes:
+        feeds = {"INPUT0": np.random.default_rng(0).standard_normal((batch, width)).astype(np.float32)}
+        for _ in range(5):
+            session.run(None, feeds)
+        latencies = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            session.run(None, feeds)
+            latencies.append(time.perf_counter() - start)
+        result[batch] = {"throughput": batch * len(latencies) / sum(latencies),
+                         "p50_ms": statistics.median(latencies) * 1e3}
+    return result
+
+
+async def drive(infer, concurrency: int, seconds: float, warmup: float) -> tuple[list[float], int, float]:
+    """Run ``concurrency`` request loops; returns latencies, error count and measured seconds."""
+    latencies: list[float] = []
+    errors = 0
+    measuring = False
+
+    async def loop(end: float) -> None:
+        nonlocal errors
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            try:
+                await infer()
+            except Exception:  # noqa: BLE001 - counted and reported
+                errors += 1
+                continue
+            if measuring:
+                latencies.append(time.perf_counter() - start)
+
+    await asyncio.gather(*(loop(time.perf_counter() + warmup) for _ in range(concurrency)))
+    measuring = True
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(started + seconds) for _ in range(concurrency)))
+    return latencies, errors, time.perf_counter() - started
+
+
+def client_for(protocol: str, url: str):
+    if protocol == "grpc":
+        import tritonclient.grpc.aio as module
+    else:
+        import tritonclient.http.aio as module
+    return module, module.InferenceServerClient(url) if protocol == "grpc" else module.InferenceServerClient(
+        url, conn_limit=256)
+
+
+async def measure(target: str, url: str, protocol: str, model: str, width: int, concurrency: int,
+                  seconds: float, warmup: float, binary: bool = True, headers: dict | None = None) -> Point:
+    module, client = client_for(protocol, url)
+    data = np.random.default_rng(concurrency).standard_normal((1, width)).astype(np.float32)
+    tensor = module.InferInput("INPUT0", [1, width], "FP32")
+    if protocol == "grpc":
+        tensor.set_data_from_numpy(data)
+        outputs = [module.InferRequestedOutput("OUTPUT0")]
+    else:
+        tensor.set_data_from_numpy(data, binary_data=binary)
+        outputs = [module.InferRequestedOutput("OUTPUT0", binary_data=binary)]
+
+    async def infer() -> None:
+        await client.infer(model, [tensor], outputs=outputs, headers=headers)
+
+    try:
+        latencies, errors, elapsed = await drive(infer, concurrency, seconds, warmup)
+    finally:
+        await client.close()
+    latencies.sort()
+    count = len(latencies)
+    return Point(target, model, protocol, concurrency, count, elapsed, count / elapsed,
+                 latencies[count // 2] * 1e3 if count else float("nan"),
+                 latencies[min(count - 1, int(count * 0.99))] * 1e3 if count else float("nan"), errors)
+
+
+def executed_batch(http_url: str, model: str, before: dict | None) -> tuple[float | None, dict]:
+    import httpx
+
+    stats = httpx.get(f"http://{http_url}/v2/models/{model}/stats").json()["model_stats"][0]
+    if before is None:
+        return None, stats
+    inferences = stats["inference_count"] - before["inference_count"]
+    executions = stats["execution_count"] - before["execution_count"]
+    return (inferences / executions if executions else None), stats
+
+
+class OurServer:
+    def __init__(self, repository: Path) -> None:
+        self.http_port, self.grpc_port = free_port(), free_port()
+        self.log = open(repository.parent / "server.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
+             "--host", "127.0.0.1", "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
+             "--no-metrics", "--device", "cpu", "--log-level", "WARNING"],
+            cwd=ROOT, stdout=self.log, stderr=self.log)
+        wait_http(f"http://127.0.0.1:{self.http_port}/v2/health/ready", process=self.process)
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(60)
+        self.log.close()
+
+
+MLSERVER_MODEL = '''
+import numpy as np
+import onnxruntime as ort
+from mlserver import MLModel
+from mlserver.codecs import NumpyCodec
+from mlserver.types import InferenceRequest, InferenceResponse
+
+
+class OnnxModel(MLModel):
+    async def load(self) -> bool:
+        self.session = ort.InferenceSession(self.settings.parameters.uri, providers=["CPUExecutionProvider"])
+        return True
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        feeds = {i.name: NumpyCodec.decode_input(i).astype(np.float32) for i in payload.inputs}
+        (output,) = self.session.run(["OUTPUT0"], feeds)
+        return InferenceResponse(model_name=self.name, outputs=[NumpyCodec.encode_output("OUTPUT0", output)])
+'''
+
+
+class MLServer:
+    """MLServer in its own venv (created once under .bench/), serving the same dense ONNX file."""
+
+    def __init__(self, model_path: Path, workdir: Path, adaptive_batching: bool) -> None:
+        venv = ROOT / ".bench" / f"mlserver-{MLSERVER_VERSION}"
+        if not (venv / "bin" / "mlserver").exists():
+            print(f"installing mlserver=={MLSERVER_VERSION} into {venv} ...", flush=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"mlserver=={MLSERVER_VERSION}",
+                            "uvloop<0.22", "onnxruntime", "numpy<2.3"], check=True)
+        folder = workdir / ("mlserver-batched" if adaptive_batching else "mlserver")
+        (folder / "dense").mkdir(parents=True, exist_ok=True)
+        (folder / "onnx_model.py").write_text(textwrap.dedent(MLSERVER_MODEL))
+        self.http_port, self.grpc_port = free_port(), free_port()
+        (folder / "settings.json").write_text(json.dumps({
+            "http_port": self.http_port, "grpc_port": self.grpc_port, "metrics_port": free_port(),
+            "parallel_workers": 0, "debug": False,
+        }))
+        model_settings = {"name": "dense", "implementation": "onnx_model.OnnxModel",
+                          "parameters": {"uri": str(model_path)}}
+        if adaptive_batching:
+            model_settings |= {"max_batch_size": MAX_BATCH, "max_batch_time": 0.002}
+        (folder / "dense" / "model-settings.json").write_text(json.dumps(model_settings))
+        self.log = open(folder / "mlserver.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen([str(venv / "bin" / "mlserver"), "start", str(folder)], cwd=folder,
+                                        stdout=self.log, stderr=self.log, start_new_session=True)
+        wait_http(f"http://127.0.0.1:{self.http_port}/v2/models/dense/ready", process=self.process)
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def print_point(point: Point, bare: float | None = None) -> None:
+    ratio = f"  x{point.throughput / bare:.2f} of bare ORT" if bare else ""
+    batch = f"  mean batch {point.mean_executed_batch:.1f}" if point.mean_executed_batch else ""
+    errors = f"  errors {point.errors}" if point.errors else ""
+    print(f"  {point.target:9} {point.protocol:4} {point.model:13} c={point.concurrency:<3} "
+          f"{point.throughput:9.1f}/s  p50 {point.p50_ms:7.2f} ms  p99 {point.p99_ms:7.2f} ms{batch}{ratio}{errors}",
+          flush=True)
+
+
+async def run_ours(server: OurServer, results: Results, seconds: float, warmup: float,
+                   concurrency: tuple[int, ...]) -> None:
+    grpc_url, http_url = f"127.0.0.1:{server.grpc_port}", f"127.0.0.1:{server.http_port}"
+    bare = results.bare_onnxruntime["dense"]
+    for protocol, url in (("grpc", grpc_url), ("http", http_url)):
+        for model in ("dense", "dense_nobatch"):
+            for c in concurrency:
+                _, before = executed_batch(http_url, model, None)
+                point = await measure("ours", url, protocol, model, WIDTH, c, seconds, warmup)
+                point.mean_executed_batch, _ = executed_batch(http_url, model, before)
+                results.points.append(point)
+                print_point(point, bare[1]["throughput"])
+    for protocol, url in (("grpc", grpc_url), ("http", http_url)):
+        for c in (1, 8, 64):
+            point = await measure("ours", url, protocol, "identity", IDENTITY_WIDTH, c, seconds, warmup)
+            results.points.append(point)
+            print_point(point)
+
+
+def find(results: Results, target: str, model: str, protocol: str, concurrency: int) -> Point | None:
+    return next((p for p in results.points if (p.target, p.model, p.protocol, p.concurrency)
+                 == (target, model, protocol, concurrency)), None)
+
+
+def summarize(results: Results, concurrency: tuple[int, ...]) -> None:
+    bare = results.bare_onnxruntime["dense"]
+    ratios: dict = {"vs_bare_same_request_batch": {}, "vs_bare_same_executed_batch": {}, "batching_on_vs_off": {},
+                    "vs_mlserver": {}}
+    for protocol in ("grpc", "http"):
+        for c in concurrency:
+            on = find(results, "ours", "dense", protocol, c)
+            off = find(results, "ours", "dense_nobatch", protocol, c)
+            if on is None or off is None:
+                continue
+            key = f"{protocol}@{c}"
+            ratios["vs_bare_same_request_batch"][key] = on.throughput / bare[1]["throughput"]
+            if on.mean_executed_batch:
+                nearest = min(bare, key=lambda b: abs(b - on.mean_executed_batch))
+                ratios["vs_bare_same_executed_batch"][key] = on.throughput / bare[nearest]["throughput"]
+            ratios["batching_on_vs_off"][key] = on.throughput / off.throughput
+            for suffix, ml_target in (("", "mlserver"), ("_both_batching", "mlserver+b")):
+                peer = find(results, ml_target, "dense", protocol, c)
+                if peer and peer.throughput:
+                    ratios["vs_mlserver"][key + suffix] = on.throughput / peer.throughput
+    identity = find(results, "ours", "identity", "grpc", 1)
+    bare_identity = results.bare_onnxruntime["identity"][1]["p50_ms"]
+    if identity:
+        ratios["identity_grpc_p50_overhead_us_at_c1"] = (identity.p50_ms - bare_identity) * 1e3
+    results.ratios = ratios
+    grpc32 = ratios["vs_bare_same_executed_batch"].get("grpc@32")
+    ml32 = ratios["vs_mlserver"].get("grpc@32_both_batching") or ratios["vs_mlserver"].get("grpc@32")
+    results.targets = {
+        "served >= 0.8x bare onnxruntime at the same (executed) batch size, gRPC c=32": [grpc32, 0.8],
+        "throughput >= 2x MLServer at c=32 (gRPC)": [ml32, 2.0],
+        "near-identity p50 overhead over gRPC at c=1 < 300 us": [ratios.get("identity_grpc_p50_overhead_us_at_c1"),
+                                                                  300.0],
+    }
+    print("\nratios")
+    for name, values in ratios.items():
+        if isinstance(values, dict):
+            print(f"  {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in values.items()))
+        else:
+            print(f"  {name}: {values:.0f}")
+    print("\ntargets")
+    for name, (value, goal) in results.targets.items():
+        if value is None:
+            print(f"  {name}: not measured")
+            continue
+        met = value < goal if "overhead" in name else value >= goal
+        print(f"  {name}: {value:.2f} ({'met' if met else 'NOT met'})")
+
+
+async def main_async(args: argparse.Namespace) -> Results:
+    seconds, warmup = (1.0, 0.3) if args.quick else (3.0, 1.0)
+    concurrency = (1, 4, 16, 32, 64) if args.quick else CONCURRENCY
+    results = Results(machine={"python": platform.python_version(), "cpus": os.cpu_count(),
+                               "machine": platform.machine()})
+    workdir = Path(tempfile.mkdtemp(prefix="bench-"))
+    try:
+        repository = build_repository(workdir / "models")
+        print(f"bare onnxruntime (in process), {WIDTH}x{WIDTH} x{LAYERS} MLP", flush=True)
+        results.bare_onnxruntime["dense"] = bare_onnxruntime(repository / "dense" / "1" / "model.onnx", WIDTH,
+                                                             [1, 2, 4, 8, 16, 32, 64], seconds)
+        results.bare_onnxruntime["identity"] = bare_onnxruntime(repository / "identity" / "1" / "model.onnx",
+                                                                IDENTITY_WIDTH, [1], seconds)
+        for batch, row in results.bare_onnxruntime["dense"].items():
+            print(f"  batch {batch:3}: {row['throughput']:9.1f} samples/s  p50 {row['p50_ms']:.2f} ms")
+        print(f"  identity batch 1: p50 {results.bare_onnxruntime['identity'][1]['p50_ms'] * 1e3:.0f} us")
+        print("\nour server", flush=True)
+        server = OurServer(repository)
+        try:
+            await run_ours(server, results, seconds, warmup, concurrency)
+        finally:
+            server.stop()
+        if not args.skip_mlserver:
+            for batched, target in ((False, "mlserver"), (True, "mlserver+b")):
+                print(f"\nMLServer {MLSERVER_VERSION} ({'adaptive batching' if batched else 'no batching'})",
+                      flush=True)
+                try:
+                    peer = MLServer(repository / "dense" / "1" / "model.onnx", workdir, batched)
+                except (subprocess.CalledProcessError, RuntimeError, TimeoutError) as exc:
+                    print(f"  MLServer unavailable: {exc}")
+                    break
+                json_headers = {"Content-Type": "application/json"}
+                try:
+                    for c in (1, 8, 32):
+                        for protocol, url in (("grpc", f"127.0.0.1:{peer.grpc_port}"),
+                                              ("http", f"127.0.0.1:{peer.http_port}")):
+                            # MLServer reads JSON only when told so (aiohttp sends octet-stream by default)
+                            point = await measure(target, url, protocol, "dense", WIDTH, c, seconds, warmup,
+                                                  binary=False, headers=json_headers if protocol == "http" else None)
+                            results.points.append(point)
+                            print_point(point)
+                finally:
+                    peer.stop()
+        summarize(results, concurrency)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter points and fewer concurrencies")
+    parser.add_argument("--skip-mlserver", action="store_true", help="do not install or run MLServer")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench_results.json")
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    args.output.write_text(json.dumps(asdict(results), indent=2))
+    print(f"\nwrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
