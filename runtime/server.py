@@ -82,7 +82,11 @@ class Server:
         grpc_server = None
         if options.grpc_port is not None:
             address = f"{options.host}:{options.grpc_port}"
-            grpc_server = create_grpc_server(self.service, address, options.grpc_max_message_bytes, auth)
+            try:
+                grpc_server = create_grpc_server(self.service, address, options.grpc_max_message_bytes, auth)
+            except OSError as exc:
+                logger.error("%s", exc)
+                return 1
             await grpc_server.start()
             logger.info("gRPC endpoint on %s", address)
         if options.http_port is not None:
@@ -103,6 +107,7 @@ class Server:
         for task in done:
             if task is not stopped and task.exception() is not None:
                 logger.error("a server stopped unexpectedly: %s", task.exception())
+                self.exit_code = 1
         logger.info("shutting down: draining in-flight requests")
         self.service.shutting_down = True
         servers_stop.set()

@@ -12,7 +12,8 @@ throughput and p50/p99 latency, plus these ratios:
 - dynamic batching on / off;
 - our throughput / MLServer's (1.7.1, installed by this script into its own venv,
   serving the same ONNX file through a small custom MLModel) at the same concurrency;
-- p50 latency overhead of the near-identity model over gRPC at concurrency 1.
+- p50 latency overhead of the near-identity model over gRPC at concurrency 1, against a
+  minimal gRPC echo server on the same stack (the floor for the client and grpcio alone).
 
 Results also go to a JSON file.  Nothing here is a test: the numbers depend on the machine.
 """
@@ -48,6 +49,7 @@ IDENTITY_WIDTH = 16
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 MAX_BATCH = 64
 MLSERVER_VERSION = "1.7.1"
+REQUEST_BATCH = 8
 
 DENSE_CONFIG = """
 platform: "onnxruntime_onnx"
@@ -193,10 +195,12 @@ def client_for(protocol: str, url: str):
 
 
 async def measure(target: str, url: str, protocol: str, model: str, width: int, concurrency: int,
-                  seconds: float, warmup: float, binary: bool = True, headers: dict | None = None) -> Point:
+                  seconds: float, warmup: float, binary: bool = True, headers: dict | None = None,
+                  rows: int = 1) -> Point:
+    """``concurrency`` loops of ``rows``-sample requests; throughput counts samples."""
     module, client = client_for(protocol, url)
-    data = np.random.default_rng(concurrency).standard_normal((1, width)).astype(np.float32)
-    tensor = module.InferInput("INPUT0", [1, width], "FP32")
+    data = np.random.default_rng(concurrency).standard_normal((rows, width)).astype(np.float32)
+    tensor = module.InferInput("INPUT0", [rows, width], "FP32")
     if protocol == "grpc":
         tensor.set_data_from_numpy(data)
         outputs = [module.InferRequestedOutput("OUTPUT0")]
@@ -213,7 +217,8 @@ async def measure(target: str, url: str, protocol: str, model: str, width: int, 
         await client.close()
     latencies.sort()
     count = len(latencies)
-    return Point(target, model, protocol, concurrency, count, elapsed, count / elapsed,
+    return Point(target, model if rows == 1 else f"{model}[b{rows}]", protocol, concurrency, count, elapsed,
+                 rows * count / elapsed,
                  latencies[count // 2] * 1e3 if count else float("nan"),
                  latencies[min(count - 1, int(count * 0.99))] * 1e3 if count else float("nan"), errors)
 
@@ -244,6 +249,66 @@ class OurServer:
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(60)
         self.log.close()
+
+
+class EchoServer:
+    """The floor for any Python gRPC server: ModelInfer echoing its input, no validation, no model.
+
+    Same grpcio stack and message classes as ours; the near-identity model's overhead is
+    measured against it (same client, same machine, same run)."""
+
+    def __init__(self) -> None:
+        self.grpc_port = free_port()
+        self.process = subprocess.Popen([sys.executable, __file__, "--echo-server", str(self.grpc_port)], cwd=ROOT)
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        deadline = time.monotonic() + 30
+        with grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            while True:
+                try:
+                    stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=1)
+                    return
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("echo server did not start") from None
+                    time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def serve_echo(port: int) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    class Echo(service_pb2_grpc.GRPCInferenceServiceServicer):
+        async def ServerLive(self, request, context):
+            return service_pb2.ServerLiveResponse(live=True)
+
+        async def ModelInfer(self, request, context):
+            response = service_pb2.ModelInferResponse(model_name=request.model_name, model_version="1",
+                                                      id=request.id)
+            for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True):
+                response.outputs.add(name="OUTPUT0", datatype=tensor.datatype, shape=tensor.shape)
+                response.raw_output_contents.append(raw)
+            return response
+
+    async def run() -> None:
+        server = grpc.aio.server()
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    try:
+        import uvloop
+
+        uvloop.run(run())
+    except ImportError:
+        asyncio.run(run())
 
 
 MLSERVER_MODEL = '''
@@ -307,7 +372,7 @@ def print_point(point: Point, bare: float | None = None) -> None:
     ratio = f"  x{point.throughput / bare:.2f} of bare ORT" if bare else ""
     batch = f"  mean batch {point.mean_executed_batch:.1f}" if point.mean_executed_batch else ""
     errors = f"  errors {point.errors}" if point.errors else ""
-    print(f"  {point.target:9} {point.protocol:4} {point.model:13} c={point.concurrency:<3} "
+    print(f"  {point.target:10} {point.protocol:4} {point.model:14} c={point.concurrency:<3} "
           f"{point.throughput:9.1f}/s  p50 {point.p50_ms:7.2f} ms  p99 {point.p99_ms:7.2f} ms{batch}{ratio}{errors}",
           flush=True)
 
@@ -324,6 +389,12 @@ async def run_ours(server: OurServer, results: Results, seconds: float, warmup: 
                 point.mean_executed_batch, _ = executed_batch(http_url, model, before)
                 results.points.append(point)
                 print_point(point, bare[1]["throughput"])
+    for c in (1, 4, 16):  # requests of batch 8: per-request overhead amortised over 8 samples
+        _, before = executed_batch(http_url, "dense", None)
+        point = await measure("ours", grpc_url, "grpc", "dense", WIDTH, c, seconds, warmup, rows=REQUEST_BATCH)
+        point.mean_executed_batch, _ = executed_batch(http_url, "dense", before)
+        results.points.append(point)
+        print_point(point, bare[REQUEST_BATCH]["throughput"])
     for protocol, url in (("grpc", grpc_url), ("http", http_url)):
         for c in (1, 8, 64):
             point = await measure("ours", url, protocol, "identity", IDENTITY_WIDTH, c, seconds, warmup)
@@ -356,18 +427,36 @@ def summarize(results: Results, concurrency: tuple[int, ...]) -> None:
                 peer = find(results, ml_target, "dense", protocol, c)
                 if peer and peer.throughput:
                     ratios["vs_mlserver"][key + suffix] = on.throughput / peer.throughput
+    for c in (1, 4, 16):
+        point = find(results, "ours", f"dense[b{REQUEST_BATCH}]", "grpc", c)
+        if point:
+            ratios["vs_bare_same_request_batch"][f"grpc@{c}[b{REQUEST_BATCH}]"] = (
+                point.throughput / bare[REQUEST_BATCH]["throughput"])
+            if point.mean_executed_batch:
+                nearest = min(bare, key=lambda b: abs(b - point.mean_executed_batch))
+                ratios["vs_bare_same_executed_batch"][f"grpc@{c}[b{REQUEST_BATCH}]"] = (
+                    point.throughput / bare[nearest]["throughput"])
     identity = find(results, "ours", "identity", "grpc", 1)
+    echo = find(results, "echo", "identity", "grpc", 1)
     bare_identity = results.bare_onnxruntime["identity"][1]["p50_ms"]
     if identity:
-        ratios["identity_grpc_p50_overhead_us_at_c1"] = (identity.p50_ms - bare_identity) * 1e3
+        ratios["identity_grpc_p50_us_at_c1_minus_bare_onnxruntime"] = (identity.p50_ms - bare_identity) * 1e3
+    if identity and echo:
+        ratios["identity_grpc_p50_overhead_us_at_c1"] = (identity.p50_ms - echo.p50_ms) * 1e3
+        ratios["identity_grpc_throughput_vs_echo"] = {
+            f"grpc@{c}": ours.throughput / floor.throughput
+            for c in (1, 8, 64)
+            if (ours := find(results, "ours", "identity", "grpc", c)) and (floor := find(results, "echo", "identity",
+                                                                                        "grpc", c))
+        }
     results.ratios = ratios
     grpc32 = ratios["vs_bare_same_executed_batch"].get("grpc@32")
     ml32 = ratios["vs_mlserver"].get("grpc@32_both_batching") or ratios["vs_mlserver"].get("grpc@32")
     results.targets = {
         "served >= 0.8x bare onnxruntime at the same (executed) batch size, gRPC c=32": [grpc32, 0.8],
         "throughput >= 2x MLServer at c=32 (gRPC)": [ml32, 2.0],
-        "near-identity p50 overhead over gRPC at c=1 < 300 us": [ratios.get("identity_grpc_p50_overhead_us_at_c1"),
-                                                                  300.0],
+        "near-identity p50 overhead over gRPC at c=1 < 300 us (vs the echo server)": [
+            ratios.get("identity_grpc_p50_overhead_us_at_c1"), 300.0],
     }
     print("\nratios")
     for name, values in ratios.items():
@@ -400,6 +489,16 @@ async def main_async(args: argparse.Namespace) -> Results:
         for batch, row in results.bare_onnxruntime["dense"].items():
             print(f"  batch {batch:3}: {row['throughput']:9.1f} samples/s  p50 {row['p50_ms']:.2f} ms")
         print(f"  identity batch 1: p50 {results.bare_onnxruntime['identity'][1]['p50_ms'] * 1e3:.0f} us")
+        print("\ngRPC echo server (the floor: same client and grpc stack, no model, no validation)", flush=True)
+        echo = EchoServer()
+        try:
+            for c in (1, 8, 64):
+                point = await measure("echo", f"127.0.0.1:{echo.grpc_port}", "grpc", "identity", IDENTITY_WIDTH, c,
+                                      seconds, warmup)
+                results.points.append(point)
+                print_point(point)
+        finally:
+            echo.stop()
         print("\nour server", flush=True)
         server = OurServer(repository)
         try:
@@ -438,7 +537,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter points and fewer concurrencies")
     parser.add_argument("--skip-mlserver", action="store_true", help="do not install or run MLServer")
     parser.add_argument("--output", type=Path, default=ROOT / "bench_results.json")
+    parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.echo_server:
+        serve_echo(args.echo_server)
+        return
     results = asyncio.run(main_async(args))
     args.output.write_text(json.dumps(asdict(results), indent=2))
     print(f"\nwrote {args.output}")

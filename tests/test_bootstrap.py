@@ -125,3 +125,17 @@ def test_signal_drains_in_flight_requests_finalizes_and_exits_0(tmp_path, sig):
     assert code == 0, process.log()
     assert marker.read_text() == "finalized"
     assert "unloaded model 'slow_python' version 1" in process.log()
+
+
+def test_a_port_in_use_exits_1(tmp_path):
+    import socket
+
+    repository, _ = _slow_repository(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        process = ServerProcess(repository)
+        process.http_port = taken.getsockname()[1]
+        process.start(wait_ready=False)
+        assert process.process.wait(60) == 1
+    assert "Address already in use" in process.log() or "address" in process.log().lower()
