@@ -100,10 +100,8 @@ class PythonBackendHandler(ModelHandler):
         super().__init__(context)
         params = self.spec.parameters
         self.isolation = params.get("isolation", "process")
-        try:
-            self.execute_timeout = float(params.get("execute_timeout_seconds", DEFAULT_EXECUTE_TIMEOUT))
-        except ValueError:
-            self.execute_timeout = DEFAULT_EXECUTE_TIMEOUT
+        self._timeout_text = params.get("execute_timeout_seconds", str(DEFAULT_EXECUTE_TIMEOUT))
+        self.execute_timeout = DEFAULT_EXECUTE_TIMEOUT
         self._worker: _Worker | None = None
         self._runner: ModelRunner | None = None
         self._restart_error = ""
@@ -131,6 +129,13 @@ class PythonBackendHandler(ModelHandler):
     def load(self) -> None:
         if self.isolation not in ("process", "thread"):
             raise ModelLoadError(f"parameter isolation must be 'process' or 'thread', not '{self.isolation}'")
+        try:
+            self.execute_timeout = float(self._timeout_text)
+        except ValueError:
+            self.execute_timeout = 0.0
+        if not self.execute_timeout > 0:
+            raise ModelLoadError(f"parameter execute_timeout_seconds must be a positive number, "
+                                 f"not '{self._timeout_text}'")
         spec = self._runner_spec()
         if self.isolation == "thread":
             self._runner = ModelRunner(spec)

@@ -29,9 +29,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE_SIZE = 1024
 _EWMA = 0.2
-# Tensor models whose executions take less than this run on the event loop itself: the
-# hand-off to a worker thread and back would cost more than the execution.
-INLINE_EXECUTION_SECONDS = 100e-6
 
 
 @dataclass
@@ -65,9 +62,7 @@ class Scheduler:
         self.stats = stats
         batching = spec.dynamic_batching
         self.batching = batching is not None and spec.max_batch_size > 0
-        tensor_models = all(isinstance(i, TensorHandler) for i in instances)
-        self.concatenate = self.batching and tensor_models
-        self.inline_allowed = tensor_models
+        self.concatenate = self.batching and all(isinstance(i, TensorHandler) for i in instances)
         self.max_batch = spec.max_batch_size if self.batching else 0
         preferred = [p for p in (batching.preferred_batch_sizes if batching else ()) if 0 < p <= self.max_batch]
         self.target_batch = max(preferred) if preferred else self.max_batch
@@ -193,13 +188,13 @@ class Scheduler:
                 item.dispatched_ns = now
             total = sum(item.batch_size for item in batch)
             started = time.perf_counter_ns()
-            inline = (self.inline_allowed and self._exec_seconds is not None
-                      and self._exec_seconds < INLINE_EXECUTION_SECONDS)
             try:
-                if inline:
-                    results = self._execute(instance, batch)
-                else:
-                    results = await loop.run_in_executor(self.executor, self._execute, instance, batch)
+                results = await loop.run_in_executor(self.executor, self._execute, instance, batch)
+            except asyncio.CancelledError:  # unloading: nobody waits forever for this batch
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(Unavailable(f"model '{self.spec.name}' was unloaded"))
+                raise
             except Exception as exc:  # noqa: BLE001 - a handler bug fails this batch only
                 logger.exception("model '%s' execution failed", self.spec.name)
                 results = [InternalError(f"execution failed: {type(exc).__name__}")] * len(batch)

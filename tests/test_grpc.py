@@ -216,7 +216,7 @@ def test_typed_contents_element_count_mismatch(stub):
     second = _fp32("INPUT1", [1, 16])
     second.contents.fp32_contents.extend([1.0] * 15)
     _assert_status(stub, _request(inputs=[first, second]), grpc.StatusCode.INVALID_ARGUMENT,
-                   "input 'INPUT1': shape [1, 16] needs 16 elements, contents hold 15")
+                   "input 'INPUT1': tensor of shape [1, 16] needs 16 elements, got 15")
 
 
 def test_typed_contents_work(stub):

@@ -99,7 +99,8 @@ def test_unknown_datatype(http):
 
 def test_data_count_mismatch(http):
     inputs = [_good_inputs()[0], _fp32_input("INPUT1", [1, 16], data=[1.0] * 15)]
-    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400, "needs 16 elements, got 15")
+    _assert_error(_infer(http, "simple_onnx", {"inputs": inputs}), 400,
+                  "input 'INPUT1': tensor of shape [1, 16] needs 16 elements, got 15")
 
 
 def test_data_of_wrong_json_type(http):
@@ -139,7 +140,7 @@ def test_binary_request_succeeds(http):
 def test_binary_data_size_does_not_match_the_tensor(http):
     body, headers = _binary_request([60, 68], b"\0" * 128)
     _assert_error(_infer(http, "simple_onnx", body, headers), 400,
-                  "unexpected byte size 60 for tensor of datatype FP32 and shape [1, 16]: expected 64")
+                  "input 'INPUT0': unexpected byte size 60 for tensor of datatype FP32 and shape [1, 16]: expected 64")
 
 
 def test_binary_sizes_do_not_add_up_to_the_body(http):

@@ -8,7 +8,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from runtime.datatypes import DATATYPES, array_from_buffer, array_from_values, array_to_buffer, element_count
+from runtime.datatypes import DATATYPES, array_from_buffer, array_from_values, array_to_buffer
 from runtime.errors import InvalidArgument, Unsupported
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
@@ -63,22 +63,15 @@ def _input_array(tensor, raw: bytes | None) -> np.ndarray:
     shape = tuple(tensor.shape)
     if any(d < 0 for d in shape):
         raise InvalidArgument(f"input '{name}': shape {list(shape)} has a negative dimension")
-    if raw is not None:
-        return array_from_buffer(datatype, shape, raw)
     field = _CONTENTS_FIELD.get(datatype)
-    if field is None:
+    if raw is None and field is None:
         raise InvalidArgument(f"input '{name}': datatype {datatype} must be sent in raw_input_contents")
-    values = list(getattr(tensor.contents, field))
-    count = element_count(shape)
-    if len(values) != count:
-        raise InvalidArgument(
-            f"input '{name}': shape {list(shape)} needs {count} elements, contents hold {len(values)}"
-        )
-    if datatype == "BYTES":
-        array = np.empty(count, dtype=np.object_)
-        array[:] = values
-        return array.reshape(shape)
-    return array_from_values(datatype, shape, values)
+    try:
+        if raw is not None:
+            return array_from_buffer(datatype, shape, raw)
+        return array_from_values(datatype, shape, list(getattr(tensor.contents, field)))
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"input '{name}': {exc.message}") from None
 
 
 def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest:

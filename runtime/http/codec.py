@@ -53,6 +53,14 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _named(name: str, convert, *args):
+    """Run a tensor conversion, naming the input in any error it raises."""
+    try:
+        return convert(*args)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"input '{name}': {exc.message}") from None
+
+
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
     """Split a request body into its JSON header and binary section."""
     if header_length is None:
@@ -104,10 +112,10 @@ def decode_infer_request(
                     f"input '{name}': binary_data_size {size} runs past the end of the binary data "
                     f"({len(binary) - offset} bytes left)"
                 )
-            data = array_from_buffer(datatype, shape, binary[offset : offset + size])
+            data = _named(name, array_from_buffer, datatype, shape, binary[offset : offset + size])
             offset += size
         elif "data" in raw:
-            data = array_from_values(datatype, shape, raw["data"])
+            data = _named(name, array_from_values, datatype, shape, raw["data"])
         else:
             raise InvalidArgument(f"input '{name}' has neither 'data' nor 'binary_data_size'")
         inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=data))
