@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, load_settings
 from bootstrap.source import ObjectStoreSource
+from bootstrap.storage import StorageError, is_remote, parse_location
 from runtime.server import Server, ServerOptions
 
 logger = logging.getLogger("bootstrap")
@@ -45,8 +46,13 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         config = Path("function.yaml")
     settings = load_settings(config)
     if args.model_repository:
-        remote = args.model_repository.startswith(("s3://", "oss://"))
-        settings.model_repository = args.model_repository if remote else str(Path(args.model_repository).resolve())
+        repository = args.model_repository
+        if is_remote(repository):
+            try:
+                parse_location(repository)
+            except StorageError as exc:
+                raise SettingsError(f"--model-repository: {exc}") from None
+        settings.model_repository = repository if is_remote(repository) else str(Path(repository).resolve())
     if args.model_control_mode:
         settings.model_control = args.model_control_mode
     if args.poll_interval is not None:

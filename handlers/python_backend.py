@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import signal
 import threading
 from typing import Any
 
@@ -72,7 +73,14 @@ class _Worker:
 
 
 def _worker_main(connection, spec: RunnerSpec) -> None:
-    """The worker process: load the model, then answer execute/finalize messages."""
+    """The worker process: load the model, then answer execute/finalize messages.
+
+    Signals that reach the whole process group (Ctrl-C in a terminal, ``timeout``) are the
+    server's to handle: it drains, then asks each worker to finalize.  A worker whose server
+    is gone sees the pipe close and exits.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         runner = ModelRunner(spec)
         runner.load()

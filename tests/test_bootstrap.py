@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -96,10 +97,12 @@ def _slow_repository(tmp_path: Path) -> tuple[Path, Path]:
     return repository, marker
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_drains_in_flight_requests_finalizes_and_exits_0(tmp_path, sig):
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True)],
+                         ids=["SIGTERM", "SIGINT", "SIGINT-to-the-process-group"])
+def test_signal_drains_in_flight_requests_finalizes_and_exits_0(tmp_path, sig, group):
+    """Ctrl-C in a terminal signals the whole group: the Python workers too, and they must still finalize."""
     repository, marker = _slow_repository(tmp_path)
-    process = ServerProcess(repository).start()
+    process = ServerProcess(repository).start(new_session=group)
     results: dict[str, object] = {}
 
     def call() -> None:
@@ -114,7 +117,10 @@ def test_signal_drains_in_flight_requests_finalizes_and_exits_0(tmp_path, sig):
     worker = threading.Thread(target=call)
     worker.start()
     time.sleep(0.5)  # the request is now executing
-    process.process.send_signal(sig)
+    if group:
+        os.killpg(process.process.pid, sig)
+    else:
+        process.process.send_signal(sig)
     time.sleep(0.3)
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://{process.http_url}/v2/health/ready", timeout=2).raise_for_status()
