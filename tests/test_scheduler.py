@@ -1,0 +1,117 @@
+"""The scheduler's batching decisions, checked directly (no server): window, targets, compatibility."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from runtime.config import parse_model_config
+from runtime.errors import Unavailable
+from runtime.scheduler import Scheduler, _Item, _signature
+from runtime.stats import ModelStatistics
+from runtime.types import InferRequest, InferTensor
+
+CONFIG = """
+backend: "python"
+max_batch_size: 16
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+dynamic_batching { %s }
+"""
+
+
+def _scheduler(batching: str = "max_queue_delay_microseconds: 10000") -> Scheduler:
+    spec = parse_model_config(CONFIG % batching, "m")
+    return Scheduler(spec, [], ThreadPoolExecutor(1), ModelStatistics(), default_max_queue_size=4)
+
+
+def _request(rows: int, width: int = 3) -> InferRequest:
+    data = np.zeros((rows, width), dtype=np.float32)
+    return InferRequest(model_name="m", inputs=[InferTensor("IN", "FP32", data.shape, data)])
+
+
+def _steady_load(scheduler: Scheduler, gap: float, exec_seconds: float) -> None:
+    scheduler._mean_gap = gap
+    scheduler._last_arrival = time.monotonic()
+    scheduler._exec_seconds = exec_seconds
+
+
+def test_no_wait_before_anything_is_measured_or_without_a_delay():
+    async def main():
+        assert _scheduler().wait_window(1) == 0.0  # no execution measured yet
+        zero = _scheduler("max_queue_delay_microseconds: 0")
+        _steady_load(zero, gap=0.0001, exec_seconds=0.01)
+        assert zero.wait_window(1) == 0.0
+    asyncio.run(main())
+
+
+def test_waits_only_when_the_queue_fills_sooner_than_an_execution_takes():
+    async def main():
+        scheduler = _scheduler()
+        _steady_load(scheduler, gap=0.0002, exec_seconds=0.005)  # 15 more requests in 3 ms < 5 ms
+        assert scheduler.wait_window(1) == pytest.approx(15 * 0.0002)
+        _steady_load(scheduler, gap=0.001, exec_seconds=0.005)  # 15 ms to fill > 5 ms: run now
+        assert scheduler.wait_window(1) == 0.0
+        assert scheduler.wait_window(16) == 0.0  # already full
+    asyncio.run(main())
+
+
+def test_the_window_never_exceeds_max_queue_delay():
+    async def main():
+        scheduler = _scheduler("max_queue_delay_microseconds: 1000")
+        _steady_load(scheduler, gap=0.0005, exec_seconds=1.0)
+        assert scheduler.wait_window(1) == pytest.approx(0.001)
+    asyncio.run(main())
+
+
+def test_no_wait_when_arrivals_stopped():
+    async def main():
+        scheduler = _scheduler()
+        _steady_load(scheduler, gap=0.0001, exec_seconds=0.01)
+        scheduler._last_arrival = time.monotonic() - 1.0  # nothing for a second
+        assert scheduler.wait_window(1) == 0.0
+    asyncio.run(main())
+
+
+def test_preferred_batch_size_is_the_target():
+    async def main():
+        scheduler = _scheduler("preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100")
+        assert scheduler.target_batch == 8
+        loop = asyncio.get_running_loop()
+        items = [_Item(_request(3), 3, _signature(_request(3), True), loop.create_future()) for _ in range(5)]
+        scheduler._queue.extend(items[1:])
+        batch = [items[0]]
+        total = scheduler._take_compatible(batch, 3)
+        assert total == 9 and len(batch) == 3  # 3+3+3 passes 8 once, and stops there
+        assert len(scheduler._queue) == 2
+    asyncio.run(main())
+
+
+def test_ragged_requests_are_not_concatenated_together():
+    async def main():
+        scheduler = _scheduler()
+        scheduler.concatenate = True  # as for a tensor model
+        loop = asyncio.get_running_loop()
+        first = _Item(_request(1, 3), 1, _signature(_request(1, 3), True), loop.create_future())
+        other = _Item(_request(1, 5), 1, _signature(_request(1, 5), True), loop.create_future())
+        same = _Item(_request(2, 3), 2, _signature(_request(2, 3), True), loop.create_future())
+        scheduler._queue.extend([other, same])
+        batch = [first]
+        assert scheduler._take_compatible(batch, 1) == 3
+        assert batch == [first, same]
+        assert list(scheduler._queue) == [other]
+    asyncio.run(main())
+
+
+def test_a_full_queue_refuses_at_once():
+    async def main():
+        scheduler = _scheduler()
+        loop = asyncio.get_running_loop()
+        scheduler._queue.extend(_Item(_request(1), 1, (), loop.create_future()) for _ in range(4))
+        with pytest.raises(Unavailable, match="Exceeds maximum queue size"):
+            await scheduler.submit(_request(1), 1)
+    asyncio.run(main())
