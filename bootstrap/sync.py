@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 import uuid
 from collections import defaultdict
@@ -96,16 +95,14 @@ class RepositorySync:
         settings: StorageSettings,
         cache_dir: Path,
         deadline_seconds: float = 600.0,
-        client=None,
     ) -> None:
         self.location = location
         self.settings = settings
         self.repository_dir = Path(cache_dir).resolve() / "repository"
         self.generations_dir = self.repository_dir / GENERATIONS
         self.deadline_seconds = deadline_seconds
-        self.client = client or make_client(location, settings)
+        self.client = make_client(location, settings)
         self._files = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="sync-file")
-        self._lock = threading.Lock()
 
     # -- public ----------------------------------------------------------------
     def sync(self, only: str | None = None) -> dict[str, ModelSyncReport]:
@@ -143,9 +140,6 @@ class RepositorySync:
             for generation in model_dir.iterdir():
                 if generation.resolve() not in live:
                     shutil.rmtree(generation, ignore_errors=True)
-
-    def close(self) -> None:
-        self._files.shutdown(wait=False, cancel_futures=True)
 
     # -- one model ---------------------------------------------------------------
     def _sync_model(self, name: str, objects: list[StoredObject], deadline: float) -> ModelSyncReport:

@@ -292,17 +292,12 @@ class ModelManager:
         if name not in self.repository.model_names() and name not in self.models:
             raise InvalidArgument(f"failed to load '{name}': no such model folder in the repository")
 
-    async def unload_all(self, drain_timeout: float = 30.0) -> None:
+    async def unload_all(self) -> None:
         """Drain in-flight requests, then unload (finalize) every model version."""
-        versions = [m for e in self.models.values() for m in e.versions.values()]
-        for model_version in versions:
-            if model_version.ready:
-                model_version.state = ModelState.UNLOADING
-        await asyncio.gather(*(m.drain(drain_timeout) for m in versions if m.loaded))
-        for model_version in versions:
-            if model_version.loaded:
-                await model_version.stop()
-                logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
+        for entry in self.models.values():
+            for model_version in entry.versions.values():
+                if model_version.loaded and model_version.state is not ModelState.UNLOADING:
+                    self._retire(model_version)  # those already UNLOADING are being retired
         await self.wait_retired()
 
 

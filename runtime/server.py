@@ -117,7 +117,7 @@ class Server:
             tasks.append(asyncio.create_task(grpc_server.stop(options.shutdown_timeout)))
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*background, return_exceptions=True)
-        await self.manager.unload_all(self.options.shutdown_timeout)
+        await self.manager.unload_all()
         logger.info("stopped")
         return self.exit_code
 
