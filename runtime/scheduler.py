@@ -31,7 +31,7 @@ DEFAULT_MAX_QUEUE_SIZE = 1024
 _EWMA = 0.2
 
 
-@dataclass
+@dataclass(eq=False)  # identity: queue removal must never compare request tensors
 class _Item:
     request: InferRequest
     batch_size: int
@@ -98,12 +98,18 @@ class Scheduler:
             if item.future.done() and not item.future.cancelled():
                 result = item.future.result()  # it finished in the same instant
             else:
-                item.future.cancel()
+                self._abandon(item)
                 raise Unavailable("Request timeout expired") from None
         except asyncio.CancelledError:
-            item.future.cancel()  # the client went away: never run it
+            self._abandon(item)  # the client went away: never run it
             raise
         return result, item.dispatched_ns - item.enqueued_ns
+
+    def _abandon(self, item: _Item) -> None:
+        """Cancel a request and free its queue slot at once (no-op if a consumer already took it)."""
+        item.future.cancel()
+        with contextlib.suppress(ValueError):
+            self._queue.remove(item)
 
     async def close(self) -> None:
         for consumer in self._consumers:

@@ -115,3 +115,20 @@ def test_a_full_queue_refuses_at_once():
         with pytest.raises(Unavailable, match="Exceeds maximum queue size"):
             await scheduler.submit(_request(1), 1)
     asyncio.run(main())
+
+
+def test_a_timed_out_request_frees_its_queue_slot_at_once():
+    async def main():
+        scheduler = _scheduler()  # no instances: nothing is ever taken off the queue
+        loop = asyncio.get_running_loop()
+        scheduler._queue.extend(_Item(_request(1), 1, (), loop.create_future()) for _ in range(3))
+        request = _request(1)
+        request.parameters["timeout"] = 10_000  # 10 ms
+        with pytest.raises(Unavailable, match="Request timeout expired"):
+            await scheduler.submit(request, 1)
+        assert scheduler.pending == 3
+        later = _request(1)
+        later.parameters["timeout"] = 10_000
+        with pytest.raises(Unavailable, match="Request timeout expired"):  # not "Exceeds maximum queue size"
+            await scheduler.submit(later, 1)
+    asyncio.run(main())
