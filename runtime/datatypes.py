@@ -78,6 +78,14 @@ def element_count(shape: Sequence[int]) -> int:
     return count
 
 
+def for_input(name: str, convert, *args) -> np.ndarray:
+    """Run a tensor conversion, naming the input in any error it raises."""
+    try:
+        return convert(*args)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"input '{name}': {exc.message}") from None
+
+
 def serialize_bytes(array: np.ndarray) -> bytes:
     """Triton's BYTES encoding: each element as a 4-byte little-endian length, then its bytes."""
     parts: list[bytes] = []

@@ -8,7 +8,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from runtime.datatypes import DATATYPES, array_from_buffer, array_from_values, array_to_buffer
+from runtime.datatypes import DATATYPES, array_from_buffer, array_from_values, array_to_buffer, for_input
 from runtime.errors import InvalidArgument, Unsupported
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
@@ -66,12 +66,9 @@ def _input_array(tensor, raw: bytes | None) -> np.ndarray:
     field = _CONTENTS_FIELD.get(datatype)
     if raw is None and field is None:
         raise InvalidArgument(f"input '{name}': datatype {datatype} must be sent in raw_input_contents")
-    try:
-        if raw is not None:
-            return array_from_buffer(datatype, shape, raw)
-        return array_from_values(datatype, shape, list(getattr(tensor.contents, field)))
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"input '{name}': {exc.message}") from None
+    if raw is not None:
+        return for_input(name, array_from_buffer, datatype, shape, raw)
+    return for_input(name, array_from_values, datatype, shape, list(getattr(tensor.contents, field)))
 
 
 def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest:

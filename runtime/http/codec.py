@@ -11,6 +11,7 @@ from runtime.datatypes import (
     array_from_values,
     array_to_buffer,
     array_to_values,
+    for_input,
 )
 from runtime.errors import InvalidArgument, Unsupported
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
@@ -51,14 +52,6 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     if any(d < 0 for d in value):
         raise InvalidArgument(f"input '{name}': shape {value} has a negative dimension")
     return tuple(value)
-
-
-def _named(name: str, convert, *args):
-    """Run a tensor conversion, naming the input in any error it raises."""
-    try:
-        return convert(*args)
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"input '{name}': {exc.message}") from None
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
@@ -112,10 +105,10 @@ def decode_infer_request(
                     f"input '{name}': binary_data_size {size} runs past the end of the binary data "
                     f"({len(binary) - offset} bytes left)"
                 )
-            data = _named(name, array_from_buffer, datatype, shape, binary[offset : offset + size])
+            data = for_input(name, array_from_buffer, datatype, shape, binary[offset : offset + size])
             offset += size
         elif "data" in raw:
-            data = _named(name, array_from_values, datatype, shape, raw["data"])
+            data = for_input(name, array_from_values, datatype, shape, raw["data"])
         else:
             raise InvalidArgument(f"input '{name}' has neither 'data' nor 'binary_data_size'")
         inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=data))
