@@ -13,6 +13,8 @@ from pathlib import Path
 from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, load_settings
 from bootstrap.source import ObjectStoreSource
 from bootstrap.storage import StorageError, is_remote, parse_location
+from runtime.grpc.server import GrpcLimits
+from runtime.http.server import HttpLimits
 from runtime.server import Server, ServerOptions
 
 logger = logging.getLogger("bootstrap")
@@ -35,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=["auto", "gpu", "cpu"], help="where models run")
     run.add_argument("--model-control-mode", choices=["none", "poll", "explicit"], help="model control mode")
     run.add_argument("--poll-interval", type=float, help="seconds between repository polls (poll mode)")
+    run.add_argument("--shutdown-timeout", type=float,
+                     help="seconds SIGTERM waits for in-flight requests and finalize (default 30)")
     run.add_argument("--cache-dir", help="local cache for a repository synced from object storage")
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     return parser
@@ -57,6 +61,10 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         settings.model_control = args.model_control_mode
     if args.poll_interval is not None:
         settings.poll_interval_seconds = args.poll_interval
+    if args.shutdown_timeout is not None:
+        if args.shutdown_timeout <= 0:
+            raise SettingsError("--shutdown-timeout must be a positive number of seconds")
+        settings.shutdown_timeout_seconds = args.shutdown_timeout
     if args.cache_dir:
         settings.cache_dir = str(Path(args.cache_dir).resolve())
     if args.host:
@@ -99,6 +107,16 @@ async def _serve(settings: FunctionSettings) -> int:
         use_gpu=settings.use_gpu,
         max_body_bytes=settings.max_request_bytes,
         grpc_max_message_bytes=settings.grpc_max_message_bytes,
+        http_limits=HttpLimits(
+            header_timeout=settings.header_timeout_seconds,
+            body_timeout=settings.body_timeout_seconds,
+            max_connections=settings.max_connections,
+            max_concurrent_streams=settings.max_streams_per_connection,
+        ),
+        grpc_limits=GrpcLimits(
+            handshake_timeout=settings.header_timeout_seconds,
+            stream_max_in_flight=settings.stream_max_in_flight,
+        ),
         auth_token=settings.auth_token,
         auth_exempt_health=settings.auth_exempt_health,
         shutdown_timeout=settings.shutdown_timeout_seconds,
@@ -129,7 +147,27 @@ def main(argv: list[str] | None = None) -> int:
     if settings.http_port is None and settings.grpc_port is None:
         logger.error("both HTTP and gRPC are disabled: nothing to serve")
         return 2
+    _raise_open_file_limit(settings.max_connections)
     return _run(_serve(settings))
+
+
+def _raise_open_file_limit(connections: int) -> None:
+    """Lift the soft limit on open files to the hard one, so ``max_connections`` fit (with room for models)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, connections * 2 + 1024)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < connections + 256:
+        logger.warning("the open-file limit (%d) is below server.max_connections (%d) plus room for models: "
+                       "raise it (ulimit -n) or lower max_connections", soft, connections)
 
 
 def _run(coroutine) -> int:

@@ -31,6 +31,11 @@ class FunctionSettings:
     device: str = "auto"  # auto | gpu | cpu
     max_request_bytes: int = 64 * 1024 * 1024
     grpc_max_message_bytes: int = 128 * 1024 * 1024
+    header_timeout_seconds: float = 30.0
+    body_timeout_seconds: float = 120.0
+    max_connections: int = 4096
+    max_streams_per_connection: int = 256  # HTTP/2
+    stream_max_in_flight: int = 64
     auth_token: str | None = field(default=None, repr=False)
     auth_exempt_health: bool = True
     storage: StorageSettings = field(default_factory=StorageSettings)
@@ -125,7 +130,9 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     if unknown:
         raise SettingsError(f"unknown function.yaml keys: {unknown}")
     server = _section(data, "server", {"host", "http_port", "grpc_port", "metrics_port", "max_request_bytes",
-                                       "grpc_max_message_bytes", "default_max_queue_size"})
+                                       "grpc_max_message_bytes", "default_max_queue_size", "header_timeout_seconds",
+                                       "body_timeout_seconds", "max_connections", "max_streams_per_connection",
+                                       "stream_max_in_flight"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -155,6 +162,12 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     settings.grpc_max_message_bytes = _positive_int(
         server, "grpc_max_message_bytes", settings.grpc_max_message_bytes, "server"
     )
+    settings.header_timeout_seconds = _seconds(server, "header_timeout_seconds", settings.header_timeout_seconds,
+                                               "server", positive=True)
+    settings.body_timeout_seconds = _seconds(server, "body_timeout_seconds", settings.body_timeout_seconds,
+                                             "server", positive=True)
+    for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight"):
+        setattr(settings, key, _positive_int(server, key, getattr(settings, key), "server"))
     settings.device = _choice(instance, "device", settings.device, ("auto", "gpu", "cpu"), "instance")
 
     token = _optional_str(auth, "token", "auth")

@@ -16,7 +16,7 @@ def handler_class(handler_name: str) -> type[ModelHandler]:
 
         return TorchScriptHandler
     if handler_name == "python":
-        from handlers.python_backend import PythonBackendHandler
+        from handlers.python import PythonBackendHandler
 
         return PythonBackendHandler
     raise ValueError(f"no handler named '{handler_name}'")

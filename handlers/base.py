@@ -70,8 +70,20 @@ class ModelHandler(abc.ABC):
     def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
         """Run a list of requests, returning exactly one result per request."""
 
-    def unload(self) -> None:
-        """Release the model (the Python backend calls ``finalize`` here)."""
+    @property
+    def available(self) -> bool:
+        """Whether this instance can take work now (a Python worker being restarted cannot)."""
+        return True
+
+    @property
+    def unavailable_reason(self) -> str:
+        return ""
+
+    def unload(self, deadline: float | None = None) -> None:
+        """Release the model (the Python backend calls ``finalize`` here).
+
+        ``deadline`` (``time.monotonic()``) bounds the time it may take: work still running then is abandoned.
+        """
 
 
 class TensorHandler(ModelHandler):

@@ -153,5 +153,5 @@ class OnnxRuntimeHandler(TensorHandler):
             outputs[name] = as_bytes_array(array) if array.dtype == np.object_ else array
         return outputs
 
-    def unload(self) -> None:
+    def unload(self, deadline: float | None = None) -> None:
         self.session = None

@@ -63,5 +63,5 @@ class TorchScriptHandler(TensorHandler):
             for spec, value in zip(self.spec.outputs, values, strict=False)
         }
 
-    def unload(self) -> None:
+    def unload(self, deadline: float | None = None) -> None:
         self.module = None

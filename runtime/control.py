@@ -117,7 +117,10 @@ class ModelControl:
         self.manager.require_known(name)
         entry = await self.manager.load_model(name)
         if not entry.ready_versions() or entry.reason:
-            raise InvalidArgument(f"failed to load '{name}': {entry.reason or 'no version became ready'}")
+            reason = entry.reason or "; ".join(
+                f"version {v}: {m.status()[1]}" for v, m in sorted(entry.versions.items()) if not m.ready
+            )
+            raise InvalidArgument(f"failed to load '{name}': {reason or 'no version became ready'}")
 
     async def unload(self, name: str, parameters: dict | None = None) -> None:
         """Explicit mode: drain and unload every version of a model."""

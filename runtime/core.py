@@ -53,6 +53,10 @@ class InferenceService:
             return False
         return True
 
+    def require_model(self, name: str, version: str = "") -> None:
+        """Raise NotFound / Unavailable unless the model (version) can take requests."""
+        self.manager.get(name, version)
+
     def model_metadata(self, name: str, version: str = "") -> dict:
         model = self.manager.get(name, version)
         entry = self.manager.entry(name)
@@ -83,7 +87,7 @@ class InferenceService:
         else:
             versions = [
                 m for e in sorted(self.manager.models.values(), key=lambda e: e.name)
-                for _, m in sorted(e.versions.items()) if m.ready
+                for _, m in sorted(e.versions.items()) if m.in_service
             ]
         return {"model_stats": [m.stats.to_dict(m.name, m.version) for m in versions]}
 

@@ -53,6 +53,7 @@ class ModelManager:
         self._load_slots = asyncio.Semaphore(load_concurrency)
         self._model_locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task] = set()
+        self.drain_incomplete = False  # some retired version still had requests in flight at its deadline
 
     # -- loading and reloading -------------------------------------------------
     async def load_all(self) -> None:
@@ -113,7 +114,7 @@ class ModelManager:
 
     async def _load_model_locked(self, name: str) -> ModelEntry:
         old = self.models.get(name)
-        serving = {v: m for v, m in old.versions.items() if m.ready} if old else {}
+        serving = {v: m for v, m in old.versions.items() if m.in_service} if old else {}
         digest = self._config_digest(name)
         started = time.perf_counter()
         external = self.external_failures.get(name)
@@ -133,12 +134,12 @@ class ModelManager:
                 fresh[version] = current
                 continue
             fresh[version] = await self._load_version(spec, version, signature, started)
-        failed = {v: m for v, m in fresh.items() if not m.ready}
+        failed = {v: m for v, m in fresh.items() if not m.in_service}
         if failed and serving:
             reasons = "; ".join(f"version {v}: {m.reason}" for v, m in failed.items())
             logger.error("model '%s': new version(s) failed, the serving ones stay: %s", name, reasons)
             for model_version in fresh.values():
-                if model_version.ready and model_version not in serving.values():
+                if model_version.in_service and model_version not in serving.values():
                     self._retire(model_version)
             entry = ModelEntry(name=name, spec=old.spec, versions=dict(serving), config_digest=digest,
                                attempted=attempted, reason=f"reload failed: {reasons}")
@@ -193,19 +194,26 @@ class ModelManager:
         logger.error("model '%s' UNAVAILABLE: %s", name, reason)
         return entry
 
-    def _retire(self, model_version: ModelVersion) -> None:
-        """Stop routing to a version, let its in-flight requests finish, then unload it."""
+    def _retire(self, model_version: ModelVersion, deadline: float | None = None) -> None:
+        """Stop routing to a version, let its in-flight requests finish, then unload it.
+
+        Draining and finalizing together take at most ``drain_timeout`` (or until ``deadline``,
+        a ``time.monotonic()`` value); instances still busy then are killed.
+        """
         if model_version.state is ModelState.READY:
             model_version.state = ModelState.UNLOADING
-        task = asyncio.create_task(self._drain_and_unload(model_version))
+        if deadline is None:
+            deadline = time.monotonic() + self.drain_timeout
+        task = asyncio.create_task(self._drain_and_unload(model_version, deadline))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _drain_and_unload(self, model_version: ModelVersion) -> None:
-        if not await model_version.drain(self.drain_timeout):
-            logger.warning("model '%s' version %d: in-flight requests did not finish in %.0fs",
-                           model_version.name, model_version.version, self.drain_timeout)
-        await model_version.stop()
+    async def _drain_and_unload(self, model_version: ModelVersion, deadline: float) -> None:
+        if not await model_version.drain(max(0.0, deadline - time.monotonic())):
+            self.drain_incomplete = True
+            logger.warning("model '%s' version %d: in-flight requests did not finish in time",
+                           model_version.name, model_version.version)
+        await model_version.stop(deadline)
         logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
 
     async def unload_model(self, name: str, forget: bool = False) -> None:
@@ -243,14 +251,15 @@ class ModelManager:
             if model_version is None:
                 raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
             if not model_version.ready:
+                reason = model_version.status()[1]
                 raise Unavailable(
                     f"Request for unknown model: '{name}' version {version} is not at ready state"
-                    + (f": {model_version.reason}" if model_version.reason else "")
+                    + (f": {reason}" if reason else "")
                 )
             return model_version
         ready = entry.ready_versions()
         if not ready:
-            reason = entry.reason or "; ".join(m.reason for m in entry.versions.values() if m.reason)
+            reason = entry.reason or "; ".join(r for m in entry.versions.values() if (r := m.status()[1]))
             raise Unavailable(
                 f"Request for unknown model: '{name}' has no available versions"
                 + (f": {reason}" if reason else "")
@@ -277,14 +286,8 @@ class ModelManager:
                 rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": entry.reason})
             else:
                 for version, model_version in sorted(entry.versions.items()):
-                    rows.append(
-                        {
-                            "name": name,
-                            "version": str(version),
-                            "state": model_version.state.value,
-                            "reason": model_version.reason,
-                        }
-                    )
+                    state, reason = model_version.status()
+                    rows.append({"name": name, "version": str(version), "state": state, "reason": reason})
         return rows
 
     def require_known(self, name: str) -> None:
@@ -292,12 +295,12 @@ class ModelManager:
         if name not in self.repository.model_names() and name not in self.models:
             raise InvalidArgument(f"failed to load '{name}': no such model folder in the repository")
 
-    async def unload_all(self) -> None:
-        """Drain in-flight requests, then unload (finalize) every model version."""
+    async def unload_all(self, deadline: float | None = None) -> None:
+        """Drain in-flight requests, then unload (finalize) every model version, all by ``deadline``."""
         for entry in self.models.values():
             for model_version in entry.versions.values():
                 if model_version.loaded and model_version.state is not ModelState.UNLOADING:
-                    self._retire(model_version)  # those already UNLOADING are being retired
+                    self._retire(model_version, deadline)  # those already UNLOADING are being retired
         await self.wait_retired()
 
 

@@ -54,7 +54,7 @@ def _le(bound: object) -> str:
 def _ready_versions(manager: ModelManager) -> Iterable[ModelVersion]:
     for name in sorted(manager.models):
         for _, model in sorted(manager.models[name].versions.items()):
-            if model.ready:
+            if model.in_service:
                 yield model
 
 

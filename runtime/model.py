@@ -46,13 +46,29 @@ class ModelVersion:
     _in_flight: int = 0
     _drained: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
+    def __post_init__(self) -> None:
+        self._drained.set()  # nothing in flight until the first request
+
     @property
     def name(self) -> str:
         return self.spec.name
 
     @property
-    def ready(self) -> bool:
+    def in_service(self) -> bool:
+        """Loaded and routed to (even while its instances are being restarted)."""
         return self.state is ModelState.READY
+
+    @property
+    def ready(self) -> bool:
+        """READY, and at least one instance can serve now."""
+        return self.state is ModelState.READY and any(instance.available for instance in self.instances)
+
+    def status(self) -> tuple[str, str]:
+        """(state, reason) as the repository index shows them: a READY version whose every instance is
+        down (a Python worker being restarted, say) shows UNAVAILABLE with the instances' reasons."""
+        if self.state is ModelState.READY and not self.ready:
+            return ModelState.UNAVAILABLE.value, "; ".join(i.unavailable_reason for i in self.instances)
+        return self.state.value, self.reason
 
     @property
     def device(self) -> str:
@@ -87,7 +103,6 @@ class ModelVersion:
     def start(self) -> None:
         """Start scheduling on the running event loop; the version is READY from here on."""
         self.scheduler = Scheduler(self.spec, self.instances, self._executor, self.stats, self.max_queue_size)
-        self._drained.set()
         self.state, self.reason = ModelState.READY, ""
 
     @property
@@ -122,16 +137,19 @@ class ModelVersion:
         except TimeoutError:
             return False
 
-    async def stop(self) -> None:
-        """Stop scheduling (queued requests get UNAVAILABLE), then unload in a worker thread."""
+    async def stop(self, deadline: float | None = None) -> None:
+        """Stop scheduling (queued requests get UNAVAILABLE), then unload in a worker thread.
+
+        ``deadline`` (``time.monotonic()``) bounds finalize: instances still busy then are killed.
+        """
         if self.scheduler is not None:
             await self.scheduler.close()
             self.scheduler = None
-        await asyncio.to_thread(self.unload)
+        await asyncio.to_thread(self.unload, deadline)
 
-    def unload(self) -> None:
+    def unload(self, deadline: float | None = None) -> None:
         """Release every instance (blocking: finalize may run user code)."""
-        self._unload_instances()
+        self._unload_instances(deadline)
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -139,10 +157,10 @@ class ModelVersion:
             self.state = ModelState.UNAVAILABLE
             self.reason = "unloaded"
 
-    def _unload_instances(self) -> None:
+    def _unload_instances(self, deadline: float | None = None) -> None:
         for instance in self.instances:
             try:
-                instance.unload()
+                instance.unload(deadline)
             except Exception:  # noqa: BLE001
                 logger.exception("error unloading model '%s' version %d", self.name, self.version)
         self.instances.clear()

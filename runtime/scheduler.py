@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE_SIZE = 1024
 _EWMA = 0.2
+# While every instance is down (Python workers restarting), queued requests wait this long for one
+# to come back before they fail with the instances' reasons.
+ALL_DOWN_GRACE_SECONDS = 5.0
+_DOWN_POLL_SECONDS = 0.05
 
 
 @dataclass(eq=False)  # identity: queue removal must never compare request tensors
@@ -76,6 +80,8 @@ class Scheduler:
         self._mean_request_batch = 1.0
         self._last_arrival = 0.0
         self._exec_seconds: float | None = None  # EWMA of one execution
+        self._instances = instances
+        self._all_down_since: float | None = None
         self._consumers = [asyncio.create_task(self._consume(i)) for i in instances]
 
     @property
@@ -182,12 +188,34 @@ class Scheduler:
             total = self._take_compatible(batch, total)
         return batch
 
+    async def _wait_for_instance(self, instance: ModelHandler) -> None:
+        """Sleep while ``instance`` is down; fail the queue if every instance stays down past the grace."""
+        while not instance.available:
+            if any(i.available for i in self._instances):
+                self._all_down_since = None
+            elif self._all_down_since is None:
+                self._all_down_since = time.monotonic()
+            elif time.monotonic() - self._all_down_since > ALL_DOWN_GRACE_SECONDS and self._queue:
+                reasons = "; ".join(dict.fromkeys(i.unavailable_reason for i in self._instances))
+                error = Unavailable(f"model '{self.spec.name}' has no instance that can serve: {reasons}")
+                while self._queue:
+                    item = self._queue.popleft()
+                    if not item.future.done():
+                        item.future.set_result(error)
+            await asyncio.sleep(_DOWN_POLL_SECONDS)
+
     async def _consume(self, instance: ModelHandler) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            if not instance.available:
+                await self._wait_for_instance(instance)
             batch = await self._next_batch()
             batch = [item for item in batch if not item.future.done()]
             if not batch:
+                continue
+            if not instance.available:  # went down while this consumer waited: another instance may serve
+                self._queue.extendleft(reversed(batch))
+                self._arrival.set()
                 continue
             now = time.perf_counter_ns()
             for item in batch:

@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from hypercorn.asyncio import serve as hypercorn_serve
-from hypercorn.config import Config as HypercornConfig
 
 from runtime.auth import TokenAuth
 from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
-from runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES, create_grpc_server
+from runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits, create_grpc_server
 from runtime.http.app import create_http_app, create_metrics_app
 from runtime.http.body import DEFAULT_MAX_BODY_BYTES
+from runtime.http.server import HttpLimits, HttpServer
 from runtime.manager import ModelManager
 from runtime.repository import ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 
 logger = logging.getLogger(__name__)
+
+# Exit codes of `bootstrap run` (2, invalid settings, is the CLI's).
+EXIT_OK = 0  # stopped and drained cleanly
+EXIT_FAILED = 1  # could not start (port taken, storage unreachable) or a server stopped unexpectedly
+EXIT_CUT_OFF = 3  # stopped at the shutdown deadline: in-flight work was cut off, busy workers killed
+# How long past the shutdown deadline the process may take to wind down before it is ended outright.
+EXIT_GRACE_SECONDS = 5.0
 
 
 @dataclass
@@ -37,6 +44,8 @@ class ServerOptions:
     default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
+    grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
     auth_token: str | None = None
     auth_exempt_health: bool = True
     shutdown_timeout: float = 30.0
@@ -46,14 +55,16 @@ class ServerOptions:
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
 
 
-def _hypercorn_config(options: ServerOptions, port: int) -> HypercornConfig:
-    config = HypercornConfig()
-    config.bind = [f"{options.host}:{port}"]
-    config.graceful_timeout = options.shutdown_timeout
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.keep_alive_timeout = 75
-    return config
+def _end_process_after(seconds: float, code: int) -> None:
+    """Last resort: end the process if winding down blocks past ``seconds`` (a thread stuck in a model)."""
+
+    def watchdog() -> None:
+        time.sleep(seconds)
+        logger.error("shutdown did not finish %.0fs after its deadline: exiting now", EXIT_GRACE_SECONDS)
+        logging.shutdown()
+        os._exit(code)
+
+    threading.Thread(target=watchdog, daemon=True, name="exit-watchdog").start()
 
 
 class Server:
@@ -72,61 +83,82 @@ class Server:
         self.exit_code = 0
 
     async def run(self, stop: asyncio.Event) -> int:
-        """Serve, load the repository, wait for ``stop``, then drain and finalize; returns the exit code."""
+        """Serve, load the repository, wait for ``stop``, then drain and finalize; returns the exit code.
+
+        Shutdown is bounded: listeners stop accepting and in-flight requests drain while models
+        unload, all within ``shutdown_timeout``; what still runs then is cut off (exit code 3).
+        """
         options = self.options
         auth = TokenAuth(options.auth_token) if options.auth_token else None
         if auth is None:
             logger.warning("no auth token configured: every endpoint is open to anyone who can reach it")
-        tasks: list[asyncio.Task] = []
-        servers_stop = asyncio.Event()
+        listeners: list[HttpServer] = []
         grpc_server = None
-        if options.grpc_port is not None:
-            address = f"{options.host}:{options.grpc_port}"
-            try:
-                grpc_server = create_grpc_server(self.service, address, options.grpc_max_message_bytes, auth)
-            except OSError as exc:
-                logger.error("%s", exc)
-                return 1
-            await grpc_server.start()
-            logger.info("gRPC endpoint on %s", address)
+        try:
+            if options.grpc_port is not None:
+                address = f"{options.host}:{options.grpc_port}"
+                grpc_server = create_grpc_server(self.service, address, options.grpc_max_message_bytes, auth,
+                                                 options.grpc_limits)
+                await grpc_server.start()
+                logger.info("gRPC endpoint on %s", address)
+            if options.http_port is not None:
+                app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health,
+                                      options.http_limits.body_timeout)
+                listeners.append(HttpServer(app, options.host, options.http_port, options.http_limits))
+            if options.metrics_port is not None:
+                metrics = create_metrics_app(self.service, auth)
+                listeners.append(HttpServer(metrics, options.host, options.metrics_port, options.http_limits))
+            for listener in listeners:
+                await listener.start()
+        except OSError as exc:
+            logger.error("%s", exc)
+            await asyncio.gather(*(listener.stop(0) for listener in listeners))
+            if grpc_server is not None:
+                await grpc_server.stop(0)
+            return EXIT_FAILED
         if options.http_port is not None:
-            app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health)
-            config = _hypercorn_config(options, options.http_port)
-            tasks.append(asyncio.create_task(hypercorn_serve(app, config, shutdown_trigger=servers_stop.wait)))
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", options.host, options.http_port)
         if options.metrics_port is not None:
-            metrics = create_metrics_app(self.service, auth)
-            config = _hypercorn_config(options, options.metrics_port)
-            tasks.append(asyncio.create_task(hypercorn_serve(metrics, config, shutdown_trigger=servers_stop.wait)))
             logger.info("metrics on %s:%d/metrics", options.host, options.metrics_port)
         background = [asyncio.create_task(self._initial_load(stop))]
         if options.idle_timeout > 0:
             background.append(asyncio.create_task(self._exit_when_idle(stop)))
         stopped = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        serving = [listener.task for listener in listeners if listener.task is not None]
+        done, _ = await asyncio.wait([stopped, *serving], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
-            if task is not stopped and task.exception() is not None:
-                logger.error("a server stopped unexpectedly: %s", task.exception())
-                self.exit_code = 1
-        logger.info("shutting down: draining in-flight requests")
-        self.service.shutting_down = True
-        servers_stop.set()
-        for task in background:
-            task.cancel()
-        if grpc_server is not None:
-            tasks.append(asyncio.create_task(grpc_server.stop(options.shutdown_timeout)))
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*background, return_exceptions=True)
-        await self.manager.unload_all()
+            if task is not stopped:
+                logger.error("a server stopped unexpectedly: %s", task.exception() if not task.cancelled() else "")
+                self.exit_code = EXIT_FAILED
+        stopped.cancel()
+        await self._shutdown(listeners, grpc_server, background)
         logger.info("stopped")
         return self.exit_code
+
+    async def _shutdown(self, listeners: list[HttpServer], grpc_server, background: list[asyncio.Task]) -> None:
+        timeout = self.options.shutdown_timeout
+        deadline = time.monotonic() + timeout
+        _end_process_after(timeout + EXIT_GRACE_SECONDS, EXIT_CUT_OFF)
+        logger.info("shutting down: draining in-flight requests (at most %gs)", timeout)
+        self.service.shutting_down = True
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        stops = [listener.stop(timeout) for listener in listeners]
+        if grpc_server is not None:
+            stops.append(grpc_server.stop(timeout))
+        results = await asyncio.gather(*stops, self.manager.unload_all(deadline), return_exceptions=True)
+        if any(result is False for result in results) or self.manager.drain_incomplete:
+            logger.warning("shutdown deadline reached: in-flight work was cut off")
+            if self.exit_code == EXIT_OK:
+                self.exit_code = EXIT_CUT_OFF
 
     async def _initial_load(self, stop: asyncio.Event) -> None:
         try:
             await self.control.initial_load()
         except Exception as exc:  # noqa: BLE001 - a cold start that cannot list its models is fatal
             logger.error("cold start failed: %s", exc)
-            self.exit_code = 1
+            self.exit_code = EXIT_FAILED
             stop.set()
             return
         self.service.initial_load_done = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import grpc
 from tritonclient.grpc import service_pb2_grpc
@@ -13,6 +14,15 @@ from runtime.errors import Unauthenticated
 from runtime.grpc.service import InferenceServicer
 
 DEFAULT_MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GrpcLimits:
+    """Connection and stream limits of the gRPC listener (function.yaml ``server.grpc``)."""
+
+    handshake_timeout: float = 30.0  # seconds for a new connection to complete its HTTP/2 preface
+    ping_interval: float = 30.0  # seconds between keep-alive pings; a peer that does not answer is dropped
+    stream_max_in_flight: int = 64  # ModelStreamInfer: requests running or answered-but-unsent per stream
 
 
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -52,17 +62,23 @@ def create_grpc_server(
     address: str,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     auth: TokenAuth | None = None,
+    limits: GrpcLimits | None = None,
 ) -> grpc.aio.Server:
     """A bound (not yet started) grpc.aio server serving GRPCInferenceService on ``address``."""
+    limits = limits or GrpcLimits()
     server = grpc.aio.server(
         interceptors=[TokenAuthInterceptor(auth)] if auth else [],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
+            ("grpc.server_handshake_timeout_ms", int(limits.handshake_timeout * 1000)),
+            ("grpc.keepalive_time_ms", int(limits.ping_interval * 1000)),
+            ("grpc.keepalive_timeout_ms", int(limits.ping_interval * 1000)),
         ],
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service), server)
+    servicer = InferenceServicer(service, stream_max_in_flight=limits.stream_max_in_flight)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")
     return server

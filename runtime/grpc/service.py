@@ -53,8 +53,9 @@ def _require_default_repository(request) -> None:
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Implements each RPC by calling the core and converting the result."""
 
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, stream_max_in_flight: int = 64) -> None:
         self.service = service
+        self.stream_max_in_flight = stream_max_in_flight
 
     @_unary
     async def ServerLive(self, request, context):
@@ -101,8 +102,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
-        """Each request runs as it arrives; responses (or error_message) stream back as they finish."""
+        """Each request runs as it arrives; responses (or error_message) stream back as they finish.
+
+        At most ``stream_max_in_flight`` requests of one stream are running or answered but not yet
+        sent: past that, the stream is not read until the client takes its responses (HTTP/2 flow
+        control then holds the client back), so a client that never reads cannot grow the server.
+        """
         results: asyncio.Queue = asyncio.Queue()
+        slots = asyncio.Semaphore(self.stream_max_in_flight)
         pending: set[asyncio.Task] = set()
 
         async def run(message: service_pb2.ModelInferRequest) -> None:
@@ -120,7 +127,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 await results.put(service_pb2.ModelStreamInferResponse(error_message="internal server error"))
 
         async def read_all() -> None:
-            async for message in request_iterator:
+            iterator = request_iterator.__aiter__()
+            while True:
+                await slots.acquire()
+                try:
+                    message = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
                 task = asyncio.create_task(run(message))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
@@ -131,6 +144,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             while (item := await results.get()) is not None:
                 yield item
+                slots.release()
         finally:
             reader.cancel()
             for task in list(pending):

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
 from runtime.errors import Cancelled, InvalidArgument, ServingError, Status, Unauthenticated
-from runtime.http.body import DEFAULT_MAX_BODY_BYTES, compress, read_body
+from runtime.http.body import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, BodyTimeout, compress, read_body
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
 from runtime.metrics import render_metrics
 
@@ -42,15 +42,18 @@ _OFFLOAD_BYTES = 1 << 20
 
 
 def error_response(error: ServingError) -> JSONResponse:
-    return JSONResponse({"error": error.message}, status_code=HTTP_STATUS.get(error.status, 500))
+    status = 408 if isinstance(error, BodyTimeout) else HTTP_STATUS.get(error.status, 500)
+    return JSONResponse({"error": error.message}, status_code=status)
 
 
 class V2Endpoints:
     """Route handlers; each one parses, calls the core, and encodes."""
 
-    def __init__(self, service: InferenceService, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(self, service: InferenceService, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
         self.service = service
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
 
     @staticmethod
     def _model(request: Request) -> tuple[str, str]:
@@ -81,7 +84,7 @@ class V2Endpoints:
         return JSONResponse(self.service.model_statistics(name, request.path_params.get("model_version", "")))
 
     async def repository_index(self, request: Request) -> Response:
-        body = await read_body(request, 1 << 16)
+        body = await read_body(request, 1 << 16, self.body_timeout)
         ready_only = False
         if body.strip():
             options = parse_json(body)
@@ -91,7 +94,7 @@ class V2Endpoints:
         return JSONResponse(self.service.repository_index(ready_only))
 
     async def _control_parameters(self, request: Request) -> dict:
-        body = await read_body(request, 1 << 20)
+        body = await read_body(request, 1 << 20, self.body_timeout)
         if not body.strip():
             return {}
         message = parse_json(body)
@@ -112,7 +115,8 @@ class V2Endpoints:
 
     async def infer(self, request: Request) -> Response:
         name, version = self._model(request)
-        body = await read_body(request, self.max_body_bytes)
+        self.service.require_model(name, version)  # answered before the body is read
+        body = await read_body(request, self.max_body_bytes, self.body_timeout)
         header_length = request.headers.get(HEADER_LENGTH)
         if len(body) > _OFFLOAD_BYTES:
             infer_request, binary_default = await asyncio.to_thread(
@@ -194,9 +198,10 @@ def create_http_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     auth: TokenAuth | None = None,
     exempt_health: bool = True,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> Starlette:
     """The Starlette application serving the V2 REST protocol."""
-    endpoints = V2Endpoints(service, max_body_bytes)
+    endpoints = V2Endpoints(service, max_body_bytes, body_timeout)
     model = "/v2/models/{model_name}"
     versioned = model + "/versions/{model_version}"
     routes = [

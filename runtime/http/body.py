@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 
 from starlette.requests import Request
 
-from runtime.errors import InvalidArgument, ResourceExhausted
+from runtime.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_BODY_TIMEOUT = 120.0
+
+
+class BodyTimeout(DeadlineExceeded):
+    """The client did not send its whole request body in time (HTTP 408)."""
 _WBITS_BY_ENCODING = {"gzip": 31, "deflate": 15}
 
 
@@ -16,8 +22,11 @@ def _too_large(limit: int) -> ResourceExhausted:
     return ResourceExhausted(f"request body is larger than the limit of {limit} bytes")
 
 
-async def read_body(request: Request, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
-    """The request body, refused before buffering when it would exceed ``limit`` bytes."""
+async def read_body(
+    request: Request, limit: int = DEFAULT_MAX_BODY_BYTES, timeout: float = DEFAULT_BODY_TIMEOUT
+) -> bytes:
+    """The request body, refused before buffering when it would exceed ``limit`` bytes,
+    and refused (BodyTimeout) when it has not fully arrived within ``timeout`` seconds."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -26,11 +35,15 @@ async def read_body(request: Request, limit: int = DEFAULT_MAX_BODY_BYTES) -> by
             raise _too_large(limit)
     chunks: list[bytes] = []
     total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
     body = b"".join(chunks)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("", "identity"):

@@ -1,0 +1,151 @@
+"""The HTTP listener: granian (Rust, HTTP/1.1 and h2c on one port) embedded in our event loop.
+
+Slow or silent clients cannot starve the server:
+
+- the listening socket defers accept (``TCP_DEFER_ACCEPT``) until a client sends its first bytes,
+  so connections that never speak never reach the server;
+- request headers must arrive within ``header_timeout`` (on HTTP/1.1 keep-alive connections this
+  is also the idle timeout between requests); HTTP/2 peers must answer pings;
+- at most ``max_connections`` connections are served at once; further ones wait in the backlog;
+- request bodies have a deadline of their own (enforced where bodies are read, see ``body.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+from granian.constants import HTTPModes, Interfaces
+from granian.http import HTTP1Settings, HTTP2Settings
+from granian.log import LogLevels
+from granian.server.embed import Server as EmbeddedGranian
+from starlette.types import ASGIApp
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """Connection limits of an HTTP listener (function.yaml ``server.http``)."""
+
+    header_timeout: float = 30.0  # seconds to receive a request's headers; idle keep-alive timeout too
+    body_timeout: float = 120.0  # seconds to receive a whole request body
+    max_connections: int = 4096  # connections served at once
+    max_concurrent_streams: int = 256  # per HTTP/2 connection
+    ping_interval: float = 30.0  # HTTP/2: seconds between keep-alive pings; a peer that does not answer is dropped
+    backlog: int = 1024
+
+
+class _MessageFilter(logging.Filter):
+    """Drops granian's start-up notice about its embedded mode (it is pinned and tested here)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "experimental" not in record.getMessage()
+
+
+def _granian_logging() -> dict:
+    """Granian logs through our handlers (propagate to the root logger) instead of its own stdout ones."""
+    logging.getLogger("_granian").addFilter(_MessageFilter())
+    return {
+        "formatters": {},
+        "handlers": {},
+        "loggers": {
+            "_granian": {"level": "WARNING", "propagate": True},
+            "granian.access": {"level": "WARNING", "propagate": True},
+        },
+    }
+
+
+class _Granian(EmbeddedGranian):
+    """Granian's embedded server, with one shared listening socket whose accept is deferred."""
+
+    def _init_shared_socket(self) -> None:
+        super()._init_shared_socket()
+        if self._ssp is not None:  # Linux: granian rebuilds the socket per worker; build it once here
+            self._shd = self._ssp.build()
+            self._sfd = self._shd.get_fd()
+            self._ssp = None
+        _defer_accept(self._sfd, seconds=5)
+
+
+def _defer_accept(fd: int, seconds: int) -> None:
+    """Hand a connection to the server only once the client has sent data (Linux)."""
+    option = getattr(socket, "TCP_DEFER_ACCEPT", None)
+    if option is None or sys.platform != "linux":
+        return
+    listener = socket.socket(fileno=os.dup(fd))
+    try:
+        listener.setsockopt(socket.IPPROTO_TCP, option, seconds)
+    except OSError as exc:
+        logger.warning("cannot defer accept on the HTTP listener: %s", exc)
+    finally:
+        listener.close()
+
+
+class HttpServer:
+    """Serves an ASGI app on ``host:port`` until :meth:`stop`."""
+
+    def __init__(self, app: ASGIApp, host: str, port: int, limits: HttpLimits | None = None) -> None:
+        limits = limits or HttpLimits()
+        self.address = f"{host}:{port}"
+        self._server = _Granian(
+            app,
+            address=host,
+            port=port,
+            interface=Interfaces.ASGINL,
+            http=HTTPModes.auto,
+            websockets=False,
+            backlog=limits.backlog,
+            backpressure=limits.max_connections,
+            http1_settings=HTTP1Settings(header_read_timeout=int(limits.header_timeout * 1000)),
+            http2_settings=HTTP2Settings(
+                max_concurrent_streams=limits.max_concurrent_streams,
+                keep_alive_interval=int(limits.ping_interval * 1000),
+                keep_alive_timeout=max(1, int(limits.ping_interval)),
+            ),
+            log_level=LogLevels.warning,
+            log_dictconfig=_granian_logging(),
+        )
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Bind and start serving; OSError if the address cannot be bound."""
+        check_bindable(self.address)
+        self._task = asyncio.create_task(self._server.serve())
+        await asyncio.sleep(0)
+
+    @property
+    def task(self) -> asyncio.Task | None:
+        return self._task
+
+    async def stop(self, timeout: float) -> bool:
+        """Stop accepting and let in-flight requests finish; False if some did not within ``timeout``."""
+        if self._task is None:
+            return True
+        self._server.stop()
+        done, _ = await asyncio.wait({self._task}, timeout=timeout)
+        if not done:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            return False
+        with contextlib.suppress(Exception):
+            self._task.result()
+        return True
+
+
+def check_bindable(address: str) -> None:
+    """Raise OSError naming the address if nothing could listen on it (granian would only log it)."""
+    host, _, port = address.rpartition(":")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), int(port)))
+        except OSError as exc:
+            raise OSError(f"cannot bind the HTTP server to {address}: {exc.strerror}") from None

@@ -1,0 +1,202 @@
+"""Slow, silent and misbehaving HTTP clients cannot shut others out (HTTP/1.1 and h2c)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from tests.support import ServerProcess, write_model
+
+TOKEN = "connections-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ECHO_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+parameters { key: "isolation" value { string_value: "thread" } }
+"""
+ECHO = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
+                                                            .as_numpy())]) for r in requests]
+"""
+BODY = {"inputs": [{"name": "IN", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+
+
+def _repository(tmp_path):
+    repository = tmp_path / "models"
+    write_model(repository, "echo", ECHO_CONFIG, {"1/model.py": ECHO})
+    return repository
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory):
+    """Auth on, short header and body timeouts, a small connection cap."""
+    tmp = tmp_path_factory.mktemp("connections")
+    config = tmp / "function.yaml"
+    config.write_text("server:\n  header_timeout_seconds: 2\n  body_timeout_seconds: 1\n  max_connections: 40\n"
+                      "  max_request_bytes: 1048576\n")
+    process = ServerProcess(_repository(tmp), "--config", str(config), "--auth-token", TOKEN).start()
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+def _open(port: int, count: int, preamble: bytes) -> list[socket.socket]:
+    connections = []
+    for _ in range(count):
+        connection = socket.create_connection(("127.0.0.1", port), timeout=5)
+        if preamble:
+            connection.sendall(preamble)
+        connections.append(connection)
+    return connections
+
+
+def _closed_by_server(connection: socket.socket, wait: float) -> bool:
+    connection.settimeout(wait)
+    try:
+        while True:
+            data = connection.recv(4096)
+            if not data:
+                return True
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def _timed_infer(server: ServerProcess) -> float:
+    started = time.monotonic()
+    response = httpx.post(f"http://{server.http_url}/v2/models/echo/infer", json=BODY, headers=AUTH, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["outputs"][0]["data"] == [1, 2, 3, 4]
+    return time.monotonic() - started
+
+
+def test_many_stalled_connections_do_not_shut_out_new_clients(tmp_path):
+    """1,500 connections that send part of a header and stall (more than shut out the old server)."""
+    process = ServerProcess(_repository(tmp_path), "--auth-token", TOKEN).start()
+    try:
+        stalled = _open(process.http_port, 1500, b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\n")
+        try:
+            assert _timed_infer(process) < 2.0
+            started = time.monotonic()
+            assert httpx.get(f"http://{process.http_url}/v2/health/live", timeout=30).status_code == 200
+            assert time.monotonic() - started < 2.0
+        finally:
+            for connection in stalled:
+                connection.close()
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+def test_stalled_headers_are_cut_off_at_the_header_timeout(guarded_server):
+    stalled = _open(guarded_server.http_port, 5, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+    try:
+        assert all(_closed_by_server(connection, 6.0) for connection in stalled)
+    finally:
+        for connection in stalled:
+            connection.close()
+
+
+def test_the_connection_cap_holds_and_new_clients_get_in_once_stalled_ones_time_out(guarded_server):
+    """100 stalled connections against a cap of 40: the cap holds, and a new client is answered
+    once the header timeout (2 s) has cleared the stalled ones, not never."""
+    stalled = _open(guarded_server.http_port, 100, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+    try:
+        waited = _timed_infer(guarded_server)
+        assert waited < 2.0 + 5.0
+        started = time.monotonic()
+        assert httpx.get(f"http://{guarded_server.http_url}/v2/health/ready", timeout=30).status_code == 200
+        assert time.monotonic() - started < 7.0
+    finally:
+        for connection in stalled:
+            connection.close()
+
+
+def test_silent_connections_never_take_a_connection_slot(guarded_server):
+    silent = _open(guarded_server.http_port, 100, b"")
+    try:
+        assert _timed_infer(guarded_server) < 1.0
+    finally:
+        for connection in silent:
+            connection.close()
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_header_timeout(guarded_server):
+    (connection,) = _open(guarded_server.http_port, 1, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        connection.settimeout(5)
+        assert connection.recv(4096).startswith(b"HTTP/1.1 200")
+        assert _closed_by_server(connection, 6.0)
+    finally:
+        connection.close()
+
+
+def test_a_body_that_trickles_in_gets_408(guarded_server):
+    head = (f"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Length: 1000\r\n\r\n").encode()
+    (connection,) = _open(guarded_server.http_port, 1, head + b'{"inputs": ')
+    try:
+        connection.settimeout(10)
+        started = time.monotonic()
+        answer = connection.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"did not arrive within 1s" in answer
+        assert time.monotonic() - started < 5.0
+    finally:
+        connection.close()
+    assert _timed_infer(guarded_server) < 1.0
+
+
+@pytest.mark.parametrize("bad", ["401", "404", "413"])
+def test_an_early_answer_on_h2_leaves_the_other_streams_alone(guarded_server, bad):
+    """One h2c connection: 8 valid inferences and one POST answered before its body is read."""
+
+    async def run() -> list:
+        async with httpx.AsyncClient(http1=False, http2=True, base_url=f"http://{guarded_server.http_url}",
+                                     timeout=30) as client:
+            async def good():
+                response = await client.post("/v2/models/echo/infer", json=BODY, headers=AUTH)
+                return response.status_code, response.http_version
+
+            async def early():
+                if bad == "401":
+                    return await client.post("/v2/models/echo/infer", content=b"x" * 300_000)
+                if bad == "404":
+                    return await client.post("/v2/models/nope/infer", content=b"x" * 300_000, headers=AUTH)
+                return await client.post("/v2/models/echo/infer", content=b"x" * 3_000_000, headers=AUTH)
+
+            return await asyncio.gather(*(good() for _ in range(8)), early(), return_exceptions=True)
+
+    outcomes = asyncio.run(run())
+    assert outcomes[:8] == [(200, "HTTP/2")] * 8, outcomes
+    early = outcomes[8]
+    if not isinstance(early, Exception):  # the client may also see its upload cut short by the reset
+        assert early.status_code == int(bad)
+
+
+def test_stalled_grpc_connections_do_not_shut_out_grpc_clients(guarded_server):
+    stalled = _open(guarded_server.grpc_port, 300, b"PRI * HTTP/2.0\r\n\r\n")
+    try:
+        client = grpcclient.InferenceServerClient(guarded_server.grpc_url)
+        tensor = grpcclient.InferInput("IN", [2], "FP32")
+        tensor.set_data_from_numpy(np.array([5, 6], dtype=np.float32))
+        started = time.monotonic()
+        result = client.infer("echo", [tensor], headers={"authorization": f"Bearer {TOKEN}"}, client_timeout=10)
+        assert result.as_numpy("OUT").tolist() == [5, 6]
+        assert time.monotonic() - started < 2.0
+        client.close()
+    finally:
+        for connection in stalled:
+            connection.close()
