@@ -107,6 +107,7 @@ async def _serve(settings: FunctionSettings) -> int:
         use_gpu=settings.use_gpu,
         max_body_bytes=settings.max_request_bytes,
         grpc_max_message_bytes=settings.grpc_max_message_bytes,
+        json_decode_budget=settings.json_decode_budget_bytes,
         http_limits=HttpLimits(
             header_timeout=settings.header_timeout_seconds,
             body_timeout=settings.body_timeout_seconds,

@@ -36,6 +36,7 @@ class FunctionSettings:
     max_connections: int = 4096
     max_streams_per_connection: int = 256  # HTTP/2
     stream_max_in_flight: int = 64
+    json_decode_budget_bytes: int = 256 * 1024 * 1024
     auth_token: str | None = field(default=None, repr=False)
     auth_exempt_health: bool = True
     storage: StorageSettings = field(default_factory=StorageSettings)
@@ -132,7 +133,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     server = _section(data, "server", {"host", "http_port", "grpc_port", "metrics_port", "max_request_bytes",
                                        "grpc_max_message_bytes", "default_max_queue_size", "header_timeout_seconds",
                                        "body_timeout_seconds", "max_connections", "max_streams_per_connection",
-                                       "stream_max_in_flight"})
+                                       "stream_max_in_flight", "json_decode_budget_bytes"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -166,7 +167,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                                "server", positive=True)
     settings.body_timeout_seconds = _seconds(server, "body_timeout_seconds", settings.body_timeout_seconds,
                                              "server", positive=True)
-    for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight"):
+    for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight", "json_decode_budget_bytes"):
         setattr(settings, key, _positive_int(server, key, getattr(settings, key), "server"))
     settings.device = _choice(instance, "device", settings.device, ("auto", "gpu", "cpu"), "instance")
 

@@ -15,7 +15,7 @@ from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
 from runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits, create_grpc_server
 from runtime.http.app import create_http_app, create_metrics_app
-from runtime.http.body import DEFAULT_MAX_BODY_BYTES
+from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer
 from runtime.manager import ModelManager
 from runtime.repository import ModelRepository
@@ -44,6 +44,7 @@ class ServerOptions:
     default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    json_decode_budget: int = DEFAULT_JSON_BUDGET_BYTES
     http_limits: HttpLimits = field(default_factory=HttpLimits)
     grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
     auth_token: str | None = None
@@ -103,7 +104,7 @@ class Server:
                 logger.info("gRPC endpoint on %s", address)
             if options.http_port is not None:
                 app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health,
-                                      options.http_limits.body_timeout)
+                                      options.http_limits.body_timeout, options.json_decode_budget)
                 listeners.append(HttpServer(app, options.host, options.http_port, options.http_limits))
             if options.metrics_port is not None:
                 metrics = create_metrics_app(self.service, auth)

@@ -13,7 +13,9 @@ throughput and p50/p99 latency, plus these ratios:
 - our throughput / MLServer's (1.7.1, installed by this script into its own venv,
   serving the same ONNX file through a small custom MLModel) at the same concurrency;
 - p50 latency overhead of the near-identity model over gRPC at concurrency 1, against a
-  minimal gRPC echo server on the same stack (the floor for the client and grpcio alone).
+  minimal gRPC echo server on the same stack (the floor for the client and grpcio alone);
+- large JSON tensors: the server's peak memory growth per MiB of JSON while 4 requests of
+  ~55 MiB of JSON arrive at once, and the slowest health answer meanwhile.
 
 Results also go to a JSON file.  Nothing here is a test: the numbers depend on the machine.
 """
@@ -84,6 +86,7 @@ class Results:
     points: list[Point] = field(default_factory=list)
     ratios: dict = field(default_factory=dict)
     targets: dict = field(default_factory=dict)
+    json_memory: dict = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -109,7 +112,7 @@ def wait_http(url: str, timeout: float = 120.0, process: subprocess.Popen | None
 
 
 def build_repository(folder: Path) -> Path:
-    """dense (batching on), dense_nobatch, identity (the near-identity model, no batching)."""
+    """dense (batching on), dense_nobatch, identity (the near-identity model, no batching), json_sum."""
     model = folder / "dense" / "1" / "model.onnx"
     build_dense_onnx(model, width=WIDTH, layers=LAYERS)
     (folder / "dense" / "config.pbtxt").write_text(
@@ -121,7 +124,77 @@ def build_repository(folder: Path) -> Path:
     build_identity_onnx(folder / "identity" / "1" / "model.onnx")
     (folder / "identity" / "config.pbtxt").write_text(
         DENSE_CONFIG.format(max_batch=MAX_BATCH, width=IDENTITY_WIDTH, batching=""))
+    (folder / "json_sum" / "1").mkdir(parents=True)
+    (folder / "json_sum" / "config.pbtxt").write_text(JSON_SUM_CONFIG)
+    (folder / "json_sum" / "1" / "model.py").write_text(JSON_SUM)
     return folder
+
+
+JSON_SUM_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP64 dims: [ 1 ] } ]
+parameters { key: "isolation" value { string_value: "thread" } }
+"""
+JSON_SUM = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array(
+            [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy().sum(dtype=np.float64)]))]) for r in requests]
+"""
+HEALTH_PROBE = """
+import socket, sys, time
+port, seconds = int(sys.argv[1]), float(sys.argv[2])
+connection = socket.create_connection(("127.0.0.1", port))
+slowest, end = 0.0, time.monotonic() + seconds
+while time.monotonic() < end:
+    started = time.monotonic()
+    connection.sendall(b"GET /v2/health/live HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+    connection.recv(4096)
+    slowest = max(slowest, time.monotonic() - started)
+    time.sleep(0.01)
+print(slowest)
+"""
+
+
+def json_memory(server: OurServer, copies: int = 4, elements: int = 3_000_000) -> dict:
+    """Server peak RSS growth per MiB of JSON while ``copies`` large JSON requests arrive at once,
+    and the slowest health answer meanwhile (asked from another process)."""
+    import httpx
+    import orjson
+
+    values = np.random.default_rng(0).random(elements)
+    body = orjson.dumps({"inputs": [{"name": "IN", "shape": [elements], "datatype": "FP32", "data": values}]},
+                        option=orjson.OPT_SERIALIZE_NUMPY)
+    before = peak_rss(server.process.pid)
+    probe = subprocess.Popen([sys.executable, "-c", HEALTH_PROBE, str(server.http_port), "5"],
+                             stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = f"http://127.0.0.1:{server.http_port}/v2/models/json_sum/infer"
+    with ThreadPoolExecutor(copies) as pool:
+        statuses = [r.status_code for r in pool.map(lambda _: httpx.post(url, content=body, timeout=300),
+                                                    range(copies))]
+    growth = peak_rss(server.process.pid) - before
+    slowest = float(probe.communicate(timeout=60)[0])
+    mib = len(body) / 2**20
+    return {"copies": copies, "json_mib_each": round(mib, 1), "statuses": statuses,
+            "peak_rss_growth_mib": round(growth / 2**20),
+            "peak_mib_per_json_mib": round(growth / (copies * len(body)), 2),
+            "slowest_health_ms": round(slowest * 1000, 1)}
+
+
+def peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def build_identity_onnx(path: Path) -> None:
@@ -503,6 +576,9 @@ async def main_async(args: argparse.Namespace) -> Results:
         server = OurServer(repository)
         try:
             await run_ours(server, results, seconds, warmup, concurrency)
+            print("\nlarge JSON tensors: 4 requests of ~55 MiB of JSON at once", flush=True)
+            results.json_memory = json_memory(server)
+            print("  " + ", ".join(f"{k} {v}" for k, v in results.json_memory.items()))
         finally:
             server.stop()
         if not args.skip_mlserver:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from starlette.applications import Starlette
@@ -18,7 +19,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
 from runtime.errors import Cancelled, InvalidArgument, ServingError, Status, Unauthenticated
-from runtime.http.body import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, BodyTimeout, compress, read_body
+from runtime.http.body import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_JSON_BUDGET_BYTES,
+    DEFAULT_MAX_BODY_BYTES,
+    BodyTimeout,
+    ByteBudget,
+    assemble_body,
+    compress,
+    read_body,
+    receive_body,
+)
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
 from runtime.metrics import render_metrics
 
@@ -37,8 +48,10 @@ HTTP_STATUS = {
     Status.DEADLINE_EXCEEDED: 504,
     Status.CANCELLED: 499,
 }
-# Decode big bodies off the event loop so one large request cannot stall the others.
+# Large bodies are joined, inflated, decoded and encoded off the event loop, on one thread: that work
+# holds the GIL anyway, and one holder at a time keeps the loop's (health probes') waits short.
 _OFFLOAD_BYTES = 1 << 20
+_LARGE_BODIES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-body")
 
 
 def error_response(error: ServingError) -> JSONResponse:
@@ -50,10 +63,11 @@ class V2Endpoints:
     """Route handlers; each one parses, calls the core, and encodes."""
 
     def __init__(self, service: InferenceService, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
+                 body_timeout: float = DEFAULT_BODY_TIMEOUT, json_budget: int = DEFAULT_JSON_BUDGET_BYTES) -> None:
         self.service = service
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
+        self.json_budget = ByteBudget(json_budget)
 
     @staticmethod
     def _model(request: Request) -> tuple[str, str]:
@@ -116,24 +130,59 @@ class V2Endpoints:
     async def infer(self, request: Request) -> Response:
         name, version = self._model(request)
         self.service.require_model(name, version)  # answered before the body is read
-        body = await read_body(request, self.max_body_bytes, self.body_timeout)
         header_length = request.headers.get(HEADER_LENGTH)
-        if len(body) > _OFFLOAD_BYTES:
-            infer_request, binary_default = await asyncio.to_thread(
-                decode_infer_request, body, header_length, name, version
-            )
-        else:
-            infer_request, binary_default = decode_infer_request(body, header_length, name, version)
+        declared = _declared_json_bytes(request, header_length)
+        encoding = request.headers.get("content-encoding", "identity")
+        with self.json_budget.reserve(declared if declared > _OFFLOAD_BYTES else 0):
+            chunks = await receive_body(request, self.max_body_bytes, self.body_timeout)
+            size = sum(len(chunk) for chunk in chunks)
+            undeclared = size if not declared and header_length is None and size > _OFFLOAD_BYTES else 0
+            with self.json_budget.reserve(undeclared):  # a chunked upload: budget what arrived
+                work = (_decode, chunks or [b""], encoding, self.max_body_bytes, header_length, name, version)
+                if size > _OFFLOAD_BYTES:
+                    infer_request, binary_default = await _off_loop(*work)
+                else:
+                    infer_request, binary_default = work[0](*work[1:])
         response = await _unless_disconnected(request, self.service.infer(infer_request))
-        payload, json_length = encode_infer_response(response, binary_default)
-        headers = {}
-        if json_length is not None:
-            headers[HEADER_LENGTH] = str(json_length)
-        payload, encoding = compress(payload, request.headers.get("accept-encoding", ""))
-        if encoding:
-            headers["Content-Encoding"] = encoding
-        media_type = "application/octet-stream" if json_length is not None else "application/json"
+        accept_encoding = request.headers.get("accept-encoding", "")
+        if sum(t.data.nbytes for t in response.outputs) > _OFFLOAD_BYTES:
+            payload, headers, media_type = await _off_loop(_encode, response, binary_default, accept_encoding)
+        else:
+            payload, headers, media_type = _encode(response, binary_default, accept_encoding)
         return Response(payload, headers=headers, media_type=media_type)
+
+
+def _decode(chunks: list[bytes], encoding: str, limit: int, header_length: str | None, name: str,
+            version: str) -> tuple:
+    return decode_infer_request(assemble_body(chunks, encoding, limit), header_length, name, version)
+
+
+async def _off_loop(function, *args):
+    return await asyncio.get_running_loop().run_in_executor(_LARGE_BODIES, function, *args)
+
+
+def _declared_json_bytes(request: Request, header_length: str | None) -> int:
+    """The JSON part's size as the request declares it, never more than its Content-Length
+    (0 when unknown or malformed: such requests are refused later, or budgeted once read)."""
+    content = _number(request.headers.get("content-length"))
+    return content if header_length is None else min(_number(header_length), content)
+
+
+def _number(text: str | None) -> int:
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else 0
+
+
+def _encode(response, binary_default: bool, accept_encoding: str) -> tuple[bytes, dict[str, str], str]:
+    """Body, headers and media type of an infer response."""
+    payload, json_length = encode_infer_response(response, binary_default)
+    headers = {}
+    if json_length is not None:
+        headers[HEADER_LENGTH] = str(json_length)
+    payload, encoding = compress(payload, accept_encoding)
+    if encoding:
+        headers["Content-Encoding"] = encoding
+    return payload, headers, "application/octet-stream" if json_length is not None else "application/json"
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
@@ -199,9 +248,10 @@ def create_http_app(
     auth: TokenAuth | None = None,
     exempt_health: bool = True,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    json_budget: int = DEFAULT_JSON_BUDGET_BYTES,
 ) -> Starlette:
     """The Starlette application serving the V2 REST protocol."""
-    endpoints = V2Endpoints(service, max_body_bytes, body_timeout)
+    endpoints = V2Endpoints(service, max_body_bytes, body_timeout, json_budget)
     model = "/v2/models/{model_name}"
     versioned = model + "/versions/{model_version}"
     routes = [

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
+from collections.abc import Iterator
 
 from starlette.requests import Request
 
-from runtime.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted
+from runtime.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 120.0
+DEFAULT_JSON_BUDGET_BYTES = 256 * 1024 * 1024
 
 
 class BodyTimeout(DeadlineExceeded):
@@ -22,11 +25,11 @@ def _too_large(limit: int) -> ResourceExhausted:
     return ResourceExhausted(f"request body is larger than the limit of {limit} bytes")
 
 
-async def read_body(
+async def receive_body(
     request: Request, limit: int = DEFAULT_MAX_BODY_BYTES, timeout: float = DEFAULT_BODY_TIMEOUT
-) -> bytes:
-    """The request body, refused before buffering when it would exceed ``limit`` bytes,
-    and refused (BodyTimeout) when it has not fully arrived within ``timeout`` seconds."""
+) -> list[bytes]:
+    """The request body's chunks as received, refused before buffering when it would exceed ``limit``
+    bytes, and refused (BodyTimeout) when it has not fully arrived within ``timeout`` seconds."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -44,8 +47,13 @@ async def read_body(
                 chunks.append(chunk)
     except TimeoutError:
         raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
-    body = b"".join(chunks)
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    return chunks
+
+
+def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+    """Join received chunks and inflate gzip/deflate, never past ``limit`` bytes (blocking for large bodies)."""
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    encoding = content_encoding.strip().lower()
     if encoding in ("", "identity"):
         return body
     wbits = _WBITS_BY_ENCODING.get(encoding)
@@ -61,6 +69,14 @@ async def read_body(
     return inflated
 
 
+async def read_body(
+    request: Request, limit: int = DEFAULT_MAX_BODY_BYTES, timeout: float = DEFAULT_BODY_TIMEOUT
+) -> bytes:
+    """A (small) request body, whole and inflated."""
+    chunks = await receive_body(request, limit, timeout)
+    return assemble_body(chunks or [b""], request.headers.get("content-encoding", "identity"), limit)
+
+
 def compress(body: bytes, accept_encoding: str) -> tuple[bytes, str | None]:
     """Compress a response body if the client asked for gzip or deflate."""
     accepted = {part.split(";")[0].strip().lower() for part in accept_encoding.split(",")}
@@ -69,3 +85,30 @@ def compress(body: bytes, accept_encoding: str) -> tuple[bytes, str | None]:
             deflater = zlib.compressobj(6, zlib.DEFLATED, _WBITS_BY_ENCODING[encoding])
             return deflater.compress(body) + deflater.flush(), encoding
     return body, None
+
+
+class ByteBudget:
+    """Bounds the bytes of large JSON bodies being read and decoded at once (decoding costs memory
+    in proportion to the text): past the budget a request is refused at once, before it is buffered."""
+
+    def __init__(self, limit: int = DEFAULT_JSON_BUDGET_BYTES) -> None:
+        self.limit = limit
+        self.in_use = 0
+
+    @contextlib.contextmanager
+    def reserve(self, size: int) -> Iterator[None]:
+        if size > self.limit:
+            raise ResourceExhausted(
+                f"the request's JSON ({size} bytes) is larger than the JSON decode budget ({self.limit} bytes): "
+                "send tensors as binary data"
+            )
+        if self.in_use + size > self.limit:
+            raise Unavailable(
+                f"the server is decoding {self.in_use} bytes of other JSON requests (budget {self.limit}): "
+                "retry, or send tensors as binary data"
+            )
+        self.in_use += size
+        try:
+            yield
+        finally:
+            self.in_use -= size

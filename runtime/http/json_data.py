@@ -1,0 +1,167 @@
+"""Tensor data in JSON bodies, to and from numpy without a Python object per element.
+
+Numeric ``data`` arrays are parsed straight from the request's bytes into a preallocated numpy
+array (simdjson, in slices of about 1 MiB), and output arrays are written with orjson in slices:
+memory stays near the size of the JSON text plus the tensor, and no single call holds the GIL
+long enough to stall the event loop (health probes keep answering during a 64 MiB decode).
+Anything unusual (strings, booleans, empty nested lists, out-of-range numbers) takes the
+generic path, which gives the precise error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import numpy as np
+import orjson
+import simdjson
+
+from runtime.datatypes import array_from_values, element_count, numpy_dtype
+from runtime.errors import InvalidArgument
+
+_SLICE_BYTES = 1 << 20
+_OUTPUT_SLICE = 1 << 18  # elements per orjson call
+_CUT_OUT_BYTES = 1 << 16  # flat numeric arrays at least this long are cut out of the header before it is parsed
+_DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
+_NOT_FLAT_NUMBERS = re.compile(rb"[^0-9\s,.eE+\-]")
+# buffer type simdjson fills, per datatype parsed on the fast path
+_BUFFER_TYPE = {
+    "INT8": "q", "INT16": "q", "INT32": "q", "INT64": "q",
+    "UINT8": "Q", "UINT16": "Q", "UINT32": "Q", "UINT64": "Q",
+    "FP16": "d", "FP32": "d", "FP64": "d",
+}
+_parsers = threading.local()
+
+
+class _NotFast(Exception):
+    """The fast path does not apply: decode generically."""
+
+
+def _parser() -> simdjson.Parser:
+    parser = getattr(_parsers, "parser", None)
+    if parser is None:
+        parser = _parsers.parser = simdjson.Parser()
+    return parser
+
+
+def _number_slices(data: bytes, start: int, end: int):
+    """``data[start:end]`` holds comma-separated numbers: yield it in slices of about 1 MiB that end at commas."""
+    view = memoryview(data)
+    while start < end:
+        stop = min(end, start + _SLICE_BYTES)
+        if stop < end:
+            comma = data.find(b",", stop, end)
+            stop = end if comma < 0 else comma
+        yield view[start:stop]
+        start = stop + 1
+
+
+def _parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int) -> np.ndarray:
+    """Fill an array of ``count`` elements from the JSON array of numbers ``data[start:end]`` (nested lists
+    flatten row-major).  Raises _NotFast (or a simdjson error) for anything that is not plainly numbers in range.
+    """
+    if data[start : start + 1] != b"[" or data[end - 1 : end] != b"]":
+        raise _NotFast
+    if data.count(b"[", start, end) > 1:  # nesting only groups: the commas still separate
+        data = b"[" + data[start:end].translate(None, b"[]") + b"]"
+        start, end = 0, len(data)
+    dtype = numpy_dtype(datatype)
+    out = np.empty(count, dtype=dtype)
+    buffer_type = _BUFFER_TYPE[datatype]
+    parsed_as = {"d": np.float64, "q": np.int64, "Q": np.uint64}[buffer_type]
+    limits = np.iinfo(dtype) if dtype.kind in "iu" else None
+    parser = _parser()
+    filled = 0
+    for piece in _number_slices(data, start + 1, end - 1):
+        document = parser.parse(b"[" + piece + b"]")
+        values = np.frombuffer(document.as_buffer(of_type=buffer_type), dtype=parsed_as)
+        del document  # the parser is reused: nothing may still refer to its last document
+        if filled + len(values) > count:
+            raise _NotFast
+        if limits is not None and len(values) and (values.min() < limits.min or values.max() > limits.max):
+            raise _NotFast
+        out[filled : filled + len(values)] = values
+        filled += len(values)
+    if filled != count:
+        raise _NotFast
+    return out
+
+
+def _flat_array_end(data: bytes, start: int) -> int:
+    """Where the flat numeric array opening at ``data[start]`` ends (after its ``]``), or -1 if it is not one.
+
+    Scanned in windows, so no single call holds the GIL for long."""
+    position = start + 1
+    while position < len(data):
+        found = _NOT_FLAT_NUMBERS.search(data, position, position + _SLICE_BYTES)
+        if found is not None:
+            return found.end() if data[found.start() : found.end()] == b"]" else -1
+        position += _SLICE_BYTES
+    return -1
+
+
+def cut_out_arrays(header: bytes) -> tuple[bytes, dict[bytes, tuple[int, int]]]:
+    """The JSON header with each large flat numeric ``data`` array replaced by a unique marker string,
+    and where each array lies in ``header``: the rest then parses in a few milliseconds."""
+    nonce = os.urandom(8).hex().encode()
+    pieces: list[bytes] = []
+    spans: dict[bytes, tuple[int, int]] = {}
+    copied = 0
+    for match in _DATA_KEY.finditer(header):
+        if match.start() < copied:
+            continue  # inside an array already cut out
+        opening = match.end() - 1
+        closing = _flat_array_end(header, opening)
+        if closing < 0 or closing - opening < _CUT_OUT_BYTES:
+            continue
+        marker = b'"\\u0000' + nonce + b"." + str(len(spans)).encode() + b'"'
+        pieces += [header[copied:opening], marker]
+        spans[marker] = (opening, closing)
+        copied = closing
+    if not spans:
+        return header, {}
+    pieces.append(header[copied:])
+    return b"".join(pieces), spans
+
+
+def array_from_json(datatype: str, shape: tuple[int, ...], data: bytes, start: int = 0,
+                    end: int | None = None) -> np.ndarray:
+    """The tensor the JSON ``data`` value ``data[start:end]`` describes (flat or nested, row-major)."""
+    count = element_count(shape)
+    end = len(data) if end is None else end
+    if datatype in _BUFFER_TYPE:
+        try:
+            return _parse_numbers(data, start, end, datatype, count).reshape(shape)
+        except (_NotFast, ValueError, TypeError, RuntimeError, OverflowError):
+            pass  # the generic path decides, with the precise error
+    try:
+        values = orjson.loads(memoryview(data)[start:end])
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"tensor data is not valid JSON: {exc}") from None
+    return array_from_values(datatype, shape, values)
+
+
+def _numbers_json(array: np.ndarray) -> bytes:
+    """``[v, v, ...]`` for a numeric array, written in slices (doubles as Python prints them)."""
+    flat = array.reshape(-1)
+    if flat.dtype.kind == "f":
+        flat = flat.astype(np.float64)  # float32 prints as its exact double, as Triton and json do
+    pieces = [orjson.dumps(np.ascontiguousarray(flat[i : i + _OUTPUT_SLICE]), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+              for i in range(0, len(flat), _OUTPUT_SLICE)]
+    return b"[" + b",".join(pieces) + b"]"
+
+
+def json_fragment(array: np.ndarray, datatype: str) -> orjson.Fragment:
+    """An output tensor's flat ``data`` as pre-encoded JSON, ready to embed in a message."""
+    if datatype == "BYTES":
+        values = [item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
+                  for item in array.reshape(-1)]
+        return orjson.Fragment(orjson.dumps(values))
+    return orjson.Fragment(_numbers_json(array))
+
+
+def dumps(message: object) -> bytes:
+    """Compact JSON of a message that may embed fragments."""
+    return orjson.dumps(message)
