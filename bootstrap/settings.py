@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
+from bootstrap.cache import default_cache_dir
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
 
 AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
-DEFAULT_CACHE_DIR = "/tmp/serverless-triton-cache"
 
 
 class SettingsError(ValueError):
@@ -41,7 +41,7 @@ class FunctionSettings:
     auth_exempt_health: bool = True
     storage: StorageSettings = field(default_factory=StorageSettings)
     cold_start_deadline_seconds: float = 600.0
-    cache_dir: str = DEFAULT_CACHE_DIR
+    cache_dir: str = field(default_factory=default_cache_dir)
     model_control: str = "none"  # none | poll | explicit
     poll_interval_seconds: float = 5.0
     idle_timeout_seconds: float = 0.0

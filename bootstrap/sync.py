@@ -14,18 +14,23 @@ current generation's manifest downloads nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
+import queue
 import shutil
+import threading
 import time
 import uuid
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 
+from bootstrap.cache import CacheError, ensure_private_dir
 from bootstrap.storage import (
     StorageError,
     StorageLocation,
@@ -75,6 +80,31 @@ class SyncError(Exception):
     pass
 
 
+class DaemonPool:
+    """``submit`` as in ThreadPoolExecutor, on daemon threads: work abandoned at the sync deadline (a request
+    to a storage endpoint that never answers) cannot hold up the process's exit, as executor threads would."""
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        for index in range(max_workers):
+            threading.Thread(target=self._work, daemon=True, name=f"{name}-{index}").start()
+
+    def _work(self) -> None:
+        while True:
+            future, function, args = self._tasks.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+
+    def submit(self, function, *args) -> Future:
+        future: Future = Future()
+        self._tasks.put((future, function, args))
+        return future
+
+
 def _fingerprint(files: list[tuple[str, StoredObject]]) -> str:
     digest = hashlib.sha256()
     for relative, item in sorted(files, key=lambda f: f[0]):
@@ -98,20 +128,33 @@ class RepositorySync:
     ) -> None:
         self.location = location
         self.settings = settings
-        self.repository_dir = Path(cache_dir).resolve() / "repository"
+        self.cache_dir = Path(cache_dir).resolve()
+        self.repository_dir = self.cache_dir / "repository"
         self.generations_dir = self.repository_dir / GENERATIONS
         self.deadline_seconds = deadline_seconds
-        self.client = make_client(location, settings)
-        self._files = ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="sync-file")
+        # No single request may outlast the whole sync's deadline.
+        self.client = make_client(location, dataclasses.replace(
+            settings, connect_timeout=min(settings.connect_timeout, deadline_seconds),
+            read_timeout=min(settings.read_timeout, deadline_seconds)))
+        self._files = DaemonPool(settings.max_concurrency, "sync-file")
+        self._models = DaemonPool(4, "sync-model")
+        self._calls = DaemonPool(1, "sync-call")
 
     # -- public ----------------------------------------------------------------
     def sync(self, only: str | None = None) -> dict[str, ModelSyncReport]:
-        """Sync every model (or just ``only``); per-model failures are reported, never raised."""
-        self.repository_dir.mkdir(parents=True, exist_ok=True)
-        self.generations_dir.mkdir(exist_ok=True)
+        """Sync every model (or just ``only``); per-model failures are reported, never raised.
+
+        Raises SyncError if the cache cannot be trusted, StorageError if storage cannot be listed."""
+        try:
+            ensure_private_dir(self.cache_dir)
+        except CacheError as exc:
+            raise SyncError(str(exc)) from None
+        self.repository_dir.mkdir(mode=0o700, exist_ok=True)
+        self.generations_dir.mkdir(mode=0o700, exist_ok=True)
         self._drop_partials()
+        self._drop_strays()
         deadline = time.monotonic() + self.deadline_seconds
-        objects = list_objects(self.client, self.location)
+        objects = self._within(deadline, "listing", list_objects, self.client, self.location)
         by_model: dict[str, list[StoredObject]] = defaultdict(list)
         for item in objects:
             model, separator, _ = item.relative.partition("/")
@@ -122,14 +165,29 @@ class RepositorySync:
                 continue
             by_model[model].append(item)
         names = [only] if only else sorted(by_model)
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="sync-model") as models:
-            reports = dict(zip(names, models.map(lambda n: self._sync_model(n, by_model.get(n, []), deadline),
-                                                 names), strict=True))
+        futures = {n: self._models.submit(self._sync_model, n, by_model.get(n, []), deadline) for n in names}
+        reports = {}
+        for name, future in futures.items():
+            try:
+                reports[name] = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                future.cancel()
+                reports[name] = ModelSyncReport(name=name, error=self._late())
         if only is None:
             self._remove_deleted(set(by_model))
         for report in reports.values():
             (logger.error if report.error else logger.info)("%s", report.log_line())
         return reports
+
+    def _late(self) -> str:
+        return f"sync deadline of {self.deadline_seconds:g}s (storage.cold_start_deadline_seconds) exceeded"
+
+    def _within(self, deadline: float, what: str, function, *args):
+        """``function(*args)``, given up (StorageError) if it has not returned by ``deadline``."""
+        try:
+            return self._calls.submit(function, *args).result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            raise StorageError(f"{what} {self.location.url} did not finish: {self._late()}") from None
 
     def prune(self) -> None:
         """Delete generations no model link points at any more."""
@@ -184,7 +242,10 @@ class RepositorySync:
         report.selected = len(chosen)
         fingerprint = _fingerprint(chosen)
         target = self.generations_dir / name / fingerprint
-        if current is not None and current == target.resolve() and manifest:
+        if target.is_dir() and not _holds_exactly(target, self._manifest(target)):
+            logger.warning("model '%s': the cached copy was changed outside the server: downloading it again", name)
+            shutil.rmtree(target)
+        if current is not None and current == target.resolve() and manifest and target.is_dir():
             report.reused = len(chosen)
             return
         if not (target / MANIFEST).is_file():
@@ -260,7 +321,7 @@ class RepositorySync:
         last_error = ""
         for _ in range(_BODY_ATTEMPTS):
             if time.monotonic() > deadline:
-                raise SyncError(f"sync deadline of {self.deadline_seconds:.0f}s exceeded")
+                raise SyncError(self._late())
             temp = destination.with_name(f".{destination.name}.part-{uuid.uuid4().hex[:8]}")
             try:
                 arguments = {"Bucket": self.location.bucket, "Key": item.key}
@@ -328,12 +389,39 @@ class RepositorySync:
                 entry.unlink()
                 logger.info("model '%s' is no longer in storage: removed from the cache", entry.name)
 
+    def _drop_strays(self) -> None:
+        """Remove what a sync did not publish (a folder or file planted in the repository, a link pointing
+        anywhere but our generations): only models that came from storage are served."""
+        for entry in self.repository_dir.iterdir():
+            if entry.name.startswith("."):
+                continue
+            if entry.is_symlink() and self._current_generation(entry.name) is not None:
+                continue
+            logger.warning("'%s' in the cache did not come from storage: removed, never served", entry.name)
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
     def _drop_partials(self) -> None:
         for model_dir in self.generations_dir.iterdir():
             for generation in model_dir.glob("*.partial-*"):
                 shutil.rmtree(generation, ignore_errors=True)
         for temp in self.repository_dir.glob(".*.link-*"):
             temp.unlink(missing_ok=True)
+
+
+def _holds_exactly(generation: Path, manifest: dict) -> bool:
+    """Whether a generation folder holds its manifest's files, with their sizes, and nothing else."""
+    if not manifest:
+        return False
+    found = {}
+    for path in generation.rglob("*"):
+        if path.is_symlink():
+            return False
+        if path.is_file() and path.name != MANIFEST and "__pycache__" not in path.parts:
+            found[path.relative_to(generation).as_posix()] = path.stat().st_size
+    return found == {relative: entry.get("size") for relative, entry in manifest.items()}
 
 
 def _is_plain_md5(etag: str) -> bool:

@@ -30,6 +30,36 @@ _DATATYPE_BY_ORT_TYPE = {
 }
 
 
+def _tensors(model) -> list:
+    """Every TensorProto of an ONNX model that could hold data: initializers (dense and sparse),
+    Constant-style attributes (dense and sparse), in the main graph, subgraphs and function bodies."""
+    tensors: list = []
+    node_lists = [function.node for function in model.functions]
+    graphs = [model.graph]
+    while graphs or node_lists:
+        if graphs:
+            graph = graphs.pop()
+            tensors.extend(graph.initializer)
+            for sparse in graph.sparse_initializer:
+                tensors += [sparse.values, sparse.indices]
+            node_lists.append(graph.node)
+            continue
+        for node in node_lists.pop():
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    tensors.append(attribute.t)
+                tensors.extend(attribute.tensors)
+                sparse_tensors = list(attribute.sparse_tensors)
+                if attribute.HasField("sparse_tensor"):
+                    sparse_tensors.append(attribute.sparse_tensor)
+                for sparse in sparse_tensors:
+                    tensors += [sparse.values, sparse.indices]
+                if attribute.HasField("g"):
+                    graphs.append(attribute.g)
+                graphs.extend(attribute.graphs)
+    return tensors
+
+
 def check_external_data(model_path: Path) -> None:
     """Refuse ONNX external-data references that resolve outside the model's folder."""
     import onnx
@@ -39,27 +69,15 @@ def check_external_data(model_path: Path) -> None:
     except Exception as exc:  # noqa: BLE001 - any parse failure is a load failure
         raise ModelLoadError(f"cannot parse ONNX model: {type(exc).__name__}: {exc}") from None
     folder = model_path.parent.resolve()
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        tensors = list(graph.initializer)
-        for node in graph.node:
-            for attribute in node.attribute:
-                if attribute.HasField("t"):
-                    tensors.append(attribute.t)
-                tensors.extend(attribute.tensors)
-                if attribute.HasField("g"):
-                    graphs.append(attribute.g)
-                graphs.extend(attribute.graphs)
-        for tensor in tensors:
-            if tensor.data_location != onnx.TensorProto.EXTERNAL:
-                continue
-            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            target = (folder / location).resolve()
-            if not location or not target.is_relative_to(folder):
-                raise ModelLoadError(
-                    f"ONNX tensor '{tensor.name}' refers to external data outside the model folder"
-                )
+    for tensor in _tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = (folder / location).resolve()
+        if not location or not target.is_relative_to(folder):
+            raise ModelLoadError(
+                f"ONNX tensor '{tensor.name}' refers to external data outside the model folder"
+            )
 
 
 class OnnxRuntimeHandler(TensorHandler):

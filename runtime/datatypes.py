@@ -71,10 +71,12 @@ def element_count(shape: Sequence[int]) -> int:
     count = 1
     for dim in shape:
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
-            raise InvalidArgument(f"shape {list(shape)} has an invalid dimension {dim!r}")
+            raise InvalidArgument(f"shape {list(shape)[:16]} has an invalid dimension {dim!r}")
+        if dim > MAX_ELEMENTS:  # even beside a zero: numpy cannot shape it, and no model declares it
+            raise InvalidArgument(f"shape {list(shape)[:16]} has a dimension too large ({dim})")
         count *= dim
         if count > MAX_ELEMENTS:
-            raise InvalidArgument(f"shape {list(shape)} has too many elements")
+            raise InvalidArgument(f"shape {list(shape)[:16]} has too many elements")
     return count
 
 

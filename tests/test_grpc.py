@@ -281,3 +281,39 @@ def test_exceptions_carry_grpc_status_for_tritonclient(grpc_client):
     with pytest.raises(InferenceServerException) as info:
         grpc_client.get_model_metadata("no_such_model")
     assert info.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_undecodable_messages_are_invalid_argument_and_leave_no_traceback(server):
+    before = len(server.log())
+    channel = grpc.insecure_channel(server.grpc_url)
+    infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                request_serializer=lambda raw: raw, response_deserializer=lambda raw: raw)
+    stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                   request_serializer=lambda raw: raw,
+                                   response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+    for _ in range(3):
+        with pytest.raises(grpc.RpcError) as info:
+            infer(b"\xff" * 100_000, timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "is not a valid inference.ModelInferRequest message" in info.value.details()
+    (answer,) = list(stream(iter([b"\xff" * 1000]), timeout=10))
+    assert "is not a valid inference.ModelInferRequest message" in answer.error_message
+    channel.close()
+    assert len(server.log()) - before < 200  # nothing per message, let alone its size
+
+
+def test_long_names_echoed_in_errors_stay_within_the_clients_limits(grpc_client, stub):
+    name = "m" * 200_000
+    with pytest.raises(InferenceServerException) as info:
+        grpc_client.get_model_metadata(name)
+    assert info.value.status() == "StatusCode.NOT_FOUND"
+    assert len(info.value.message().encode()) < 1200 and info.value.message().endswith("(truncated)")
+    with pytest.raises(grpc.RpcError) as raw_info:
+        stub.ModelInfer(service_pb2.ModelInferRequest(model_name="é" * 100_000), timeout=10)
+    assert raw_info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_methods_not_served_answer_unimplemented(stub):
+    with pytest.raises(grpc.RpcError) as info:
+        stub.TraceSetting(service_pb2.TraceSettingRequest(), timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED

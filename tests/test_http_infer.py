@@ -149,3 +149,12 @@ def test_compressed_request_and_response(http_client):
             response_compression_algorithm=algorithm,
         )
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
+
+
+def test_text_python_refuses_non_utf8_text_with_400(http_client):
+    tensor = httpclient.InferInput("TEXT", [2], "BYTES")
+    tensor.set_data_from_numpy(np.array([b"fine", b"\xff\xfe not utf-8"], dtype=object))
+    with pytest.raises(InferenceServerException) as info:
+        http_client.infer("text_python", [tensor])
+    assert info.value.status() == "400"
+    assert "TEXT must be UTF-8" in info.value.message()

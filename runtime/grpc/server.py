@@ -6,12 +6,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import service_pb2
 
 from runtime.auth import TokenAuth
 from runtime.core import InferenceService
 from runtime.errors import Unauthenticated
-from runtime.grpc.service import InferenceServicer
+from runtime.grpc.service import InferenceServicer, tolerant_deserializer
 
 DEFAULT_MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 
@@ -78,7 +78,21 @@ def create_grpc_server(
         ],
     )
     servicer = InferenceServicer(service, stream_max_in_flight=limits.stream_max_in_flight)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    server.add_generic_rpc_handlers((_method_handlers(servicer),))
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")
     return server
+
+
+def _method_handlers(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
+    """GRPCInferenceService's methods, as the generated registration builds them, except that undecodable
+    requests reach the servicer (as INVALID_ARGUMENT) instead of failing inside grpc."""
+    descriptor = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    handlers = {}
+    for method in descriptor.methods:
+        request_type = getattr(service_pb2, method.input_type.name)
+        response_type = getattr(service_pb2, method.output_type.name)
+        make = grpc.stream_stream_rpc_method_handler if method.client_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=tolerant_deserializer(
+            request_type), response_serializer=response_type.SerializeToString)
+    return grpc.method_handlers_generic_handler(descriptor.full_name, handlers)

@@ -10,7 +10,7 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from runtime.core import InferenceService
-from runtime.errors import ServingError, Status, Unsupported
+from runtime.errors import InvalidArgument, ServingError, Status, Unsupported
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
 
 logger = logging.getLogger(__name__)
@@ -29,14 +29,48 @@ GRPC_STATUS = {
 }
 
 
+# Status details travel percent-encoded in a trailer; clients refuse trailers past 8 KiB in all.
+MAX_DETAILS_BYTES = 1024
+
+
+class Undecodable:
+    """What the deserializer hands over for bytes that are not a valid message of the method's type."""
+
+    def __init__(self, type_name: str, size: int) -> None:
+        self.error = InvalidArgument(f"the request ({size} bytes) is not a valid {type_name} message")
+
+
+def tolerant_deserializer(message_type):
+    """``message_type.FromString`` that returns :class:`Undecodable` instead of raising (grpc would answer
+    UNKNOWN and log a traceback per message)."""
+
+    def deserialize(raw: bytes):
+        try:
+            return message_type.FromString(raw)
+        except Exception:  # noqa: BLE001 - DecodeError and its kin: any undecodable input
+            return Undecodable(message_type.DESCRIPTOR.full_name, len(raw))
+
+    return deserialize
+
+
+def details(message: str) -> str:
+    """A status message cut to MAX_DETAILS_BYTES of UTF-8 (an echoed name may be of any length)."""
+    encoded = message.encode("utf-8")
+    if len(encoded) <= MAX_DETAILS_BYTES:
+        return message
+    return encoded[: MAX_DETAILS_BYTES - 16].decode("utf-8", errors="ignore") + "... (truncated)"
+
+
 def _unary(method):
     """Turn ServingError (and unexpected errors) into gRPC status codes."""
 
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         try:
+            if isinstance(request, Undecodable):
+                raise request.error
             return await method(self, request, context)
         except ServingError as exc:
-            await context.abort(GRPC_STATUS.get(exc.status, grpc.StatusCode.INTERNAL), exc.message)
+            await context.abort(GRPC_STATUS.get(exc.status, grpc.StatusCode.INTERNAL), details(exc.message))
         except Exception:  # noqa: BLE001 - never leak a traceback to the client
             logger.exception("unexpected error in %s", method.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, "internal server error")
@@ -112,7 +146,10 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         slots = asyncio.Semaphore(self.stream_max_in_flight)
         pending: set[asyncio.Task] = set()
 
-        async def run(message: service_pb2.ModelInferRequest) -> None:
+        async def run(message: service_pb2.ModelInferRequest | Undecodable) -> None:
+            if isinstance(message, Undecodable):
+                await results.put(service_pb2.ModelStreamInferResponse(error_message=message.error.message))
+                return
             try:
                 response = await self.service.infer(decode_infer_request(message))
                 await results.put(service_pb2.ModelStreamInferResponse(infer_response=encode_infer_response(response)))
@@ -120,7 +157,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 failed = service_pb2.ModelInferResponse(
                     model_name=message.model_name, model_version=message.model_version, id=message.id
                 )
-                await results.put(service_pb2.ModelStreamInferResponse(error_message=exc.message,
+                await results.put(service_pb2.ModelStreamInferResponse(error_message=details(exc.message),
                                                                        infer_response=failed))
             except Exception:  # noqa: BLE001
                 logger.exception("unexpected error in ModelStreamInfer")

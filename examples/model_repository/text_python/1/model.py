@@ -20,8 +20,14 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            try:
+                words = [t.decode("utf-8") for t in text.reshape(-1)]
+            except UnicodeDecodeError as exc:
+                error = pb_utils.TritonError(f"TEXT must be UTF-8: {exc}", pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
             upper = np.array(
-                [(t.decode("utf-8").upper() + self.suffix).encode("utf-8") for t in text.reshape(-1)],
+                [(word.upper() + self.suffix).encode("utf-8") for word in words],
                 dtype=self.upper_dtype,
             ).reshape(text.shape)
             length = np.array([len(t) for t in text.reshape(-1)], dtype=self.length_dtype).reshape(text.shape)
