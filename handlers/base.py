@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import abc
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError
 from runtime.types import InferRequest
+
+PACKAGE = "serverless-triton"
+
+
+def require_module(module: str, extra: str, backend: str) -> ModuleType:
+    """Import a backend's framework, or fail the load naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"the {backend} backend needs the '{module.split('.')[0]}' package, which is not installed "
+            f"({exc}): pip install '{PACKAGE}[{extra}]'"
+        ) from None
+
 
 # What a handler returns for one request: output name -> array, or the error for that request.
 RequestResult = dict[str, np.ndarray] | ServingError

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from handlers.base import HandlerContext, TensorHandler
+from handlers.base import HandlerContext, TensorHandler, require_module
 from runtime.datatypes import as_bytes_array
 from runtime.errors import InternalError, ModelLoadError
 
@@ -62,7 +62,7 @@ def _tensors(model) -> list:
 
 def check_external_data(model_path: Path) -> None:
     """Refuse ONNX external-data references that resolve outside the model's folder."""
-    import onnx
+    onnx = require_module("onnx", "onnx", "onnxruntime")
 
     try:
         model = onnx.load(str(model_path), load_external_data=False)
@@ -90,7 +90,7 @@ class OnnxRuntimeHandler(TensorHandler):
         self._string_inputs: set[str] = set()
 
     def load(self) -> None:
-        import onnxruntime as ort
+        ort = require_module("onnxruntime", "onnx", "onnxruntime")
 
         path = self.context.require_model_file()
         check_external_data(path)

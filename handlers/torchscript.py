@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from handlers.base import HandlerContext, TensorHandler
+from handlers.base import HandlerContext, TensorHandler, require_module
 from runtime.errors import InternalError, ModelLoadError
 
 
@@ -19,7 +19,7 @@ class TorchScriptHandler(TensorHandler):
         self._torch = None
 
     def load(self) -> None:
-        import torch
+        torch = require_module("torch", "torch", "pytorch")
 
         self._torch = torch
         path = self.context.require_model_file()

@@ -59,10 +59,11 @@ class ServerProcess:
             *self.extra,
         ]
 
-    def start(self, wait_ready: bool = True, timeout: float = 60.0, new_session: bool = False) -> ServerProcess:
+    def start(self, wait_ready: bool = True, timeout: float = 60.0, new_session: bool = False,
+              cwd: Path = ROOT) -> ServerProcess:
         """Start it (``new_session``: as its own process group, to signal the whole group)."""
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(self.command(), cwd=ROOT, env=self.env, stdout=self._log, stderr=self._log,
+        self.process = subprocess.Popen(self.command(), cwd=cwd, env=self.env, stdout=self._log, stderr=self._log,
                                         start_new_session=new_session)
         if wait_ready:
             self.wait_for("/v2/health/ready", timeout)
