@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, load_settings
+from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, check_load_models, load_settings
 from bootstrap.source import ObjectStoreSource
 from bootstrap.storage import StorageError, is_remote, parse_location
 from runtime.grpc.server import GrpcLimits
@@ -36,7 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--auth-token", help=f"require this token (also ${AUTH_TOKEN_ENV} or function.yaml auth.token)")
     run.add_argument("--device", choices=["auto", "gpu", "cpu"], help="where models run")
     run.add_argument("--model-control-mode", choices=["none", "poll", "explicit"], help="model control mode")
+    run.add_argument("--load-model", action="append", metavar="NAME",
+                     help="explicit mode: load this model at start (repeatable; '*' loads every model)")
     run.add_argument("--poll-interval", type=float, help="seconds between repository polls (poll mode)")
+    run.add_argument("--strict-readiness", choices=["true", "false"],
+                     help="ready only while every model is ready (default true, as Triton)")
     run.add_argument("--shutdown-timeout", type=float,
                      help="seconds SIGTERM waits for in-flight requests and finalize (default 30)")
     run.add_argument("--cache-dir", help="local cache for a repository synced from object storage")
@@ -61,6 +65,11 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         settings.model_control = args.model_control_mode
     if args.poll_interval is not None:
         settings.poll_interval_seconds = args.poll_interval
+    if args.load_model:
+        settings.load_models = tuple(args.load_model)
+    check_load_models(settings)
+    if args.strict_readiness is not None:
+        settings.strict_readiness = args.strict_readiness == "true"
     if args.shutdown_timeout is not None:
         if args.shutdown_timeout <= 0:
             raise SettingsError("--shutdown-timeout must be a positive number of seconds")
@@ -97,6 +106,7 @@ async def _serve(settings: FunctionSettings) -> int:
         model_repository=settings.repository_path(),
         source=source,
         model_control=settings.model_control,
+        startup_models=settings.load_models,
         poll_interval=settings.poll_interval_seconds,
         idle_timeout=settings.idle_timeout_seconds,
         host=settings.host,
@@ -118,6 +128,8 @@ async def _serve(settings: FunctionSettings) -> int:
             handshake_timeout=settings.header_timeout_seconds,
             stream_max_in_flight=settings.stream_max_in_flight,
         ),
+        server_name=settings.server_name,
+        strict_readiness=settings.strict_readiness,
         auth_token=settings.auth_token,
         auth_exempt_health=settings.auth_exempt_health,
         shutdown_timeout=settings.shutdown_timeout_seconds,

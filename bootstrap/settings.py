@@ -37,6 +37,8 @@ class FunctionSettings:
     max_streams_per_connection: int = 256  # HTTP/2
     stream_max_in_flight: int = 64
     json_decode_budget_bytes: int = 256 * 1024 * 1024
+    server_name: str = "triton"
+    strict_readiness: bool = True
     auth_token: str | None = field(default=None, repr=False)
     auth_exempt_health: bool = True
     storage: StorageSettings = field(default_factory=StorageSettings)
@@ -44,6 +46,7 @@ class FunctionSettings:
     cache_dir: str = field(default_factory=default_cache_dir)
     model_control: str = "none"  # none | poll | explicit
     poll_interval_seconds: float = 5.0
+    load_models: tuple[str, ...] = ()
     idle_timeout_seconds: float = 0.0
     shutdown_timeout_seconds: float = 30.0
     base_dir: Path = Path(".")
@@ -121,6 +124,12 @@ def _optional_str(section: dict, key: str, where: str) -> str | None:
     return value
 
 
+def check_load_models(settings: FunctionSettings) -> None:
+    """Models to load at start are for explicit model control only (as Triton's --load-model)."""
+    if settings.load_models and settings.model_control != "explicit":
+        raise SettingsError("model_control.load_models (--load-model) needs model control mode 'explicit'")
+
+
 def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     """Validate the parsed YAML; SettingsError names the offending key."""
     if data is None:
@@ -133,13 +142,14 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     server = _section(data, "server", {"host", "http_port", "grpc_port", "metrics_port", "max_request_bytes",
                                        "grpc_max_message_bytes", "default_max_queue_size", "header_timeout_seconds",
                                        "body_timeout_seconds", "max_connections", "max_streams_per_connection",
-                                       "stream_max_in_flight", "json_decode_budget_bytes"})
+                                       "stream_max_in_flight", "json_decode_budget_bytes", "name",
+                                       "strict_readiness"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
                                          "max_concurrency", "connect_timeout_seconds", "read_timeout_seconds",
                                          "cold_start_deadline_seconds"})
-    control = _section(data, "model_control", {"mode", "poll_interval_seconds"})
+    control = _section(data, "model_control", {"mode", "poll_interval_seconds", "load_models"})
 
     settings = FunctionSettings(base_dir=base_dir)
     settings.name = str(data.get("name", settings.name))
@@ -169,6 +179,11 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                              "server", positive=True)
     for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight", "json_decode_budget_bytes"):
         setattr(settings, key, _positive_int(server, key, getattr(settings, key), "server"))
+    settings.server_name = _optional_str(server, "name", "server") or settings.server_name
+    strict = server.get("strict_readiness", True)
+    if not isinstance(strict, bool):
+        raise SettingsError("server.strict_readiness must be true or false")
+    settings.strict_readiness = strict
     settings.device = _choice(instance, "device", settings.device, ("auto", "gpu", "cpu"), "instance")
 
     token = _optional_str(auth, "token", "auth")
@@ -199,6 +214,10 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
 
     settings.model_control = _choice(control, "mode", "none", ("none", "poll", "explicit"), "model_control")
     settings.poll_interval_seconds = _seconds(control, "poll_interval_seconds", 5.0, "model_control", positive=True)
+    load_models = control.get("load_models", [])
+    if not isinstance(load_models, list) or not all(isinstance(n, str) and n for n in load_models):
+        raise SettingsError("model_control.load_models must be a list of model names ('*' for all)")
+    settings.load_models = tuple(load_models)
     settings.idle_timeout_seconds = _seconds(data, "idle_timeout_seconds", 0.0)
     settings.shutdown_timeout_seconds = _seconds(data, "shutdown_timeout_seconds", 30.0)
     return settings

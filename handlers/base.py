@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import abc
 import importlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +44,8 @@ class HandlerContext:
     instance_index: int = 0
     use_gpu: bool = True  # GPU when the instance group allows it and one is present
     device_id: int = 0
+    instance_name: str = ""  # Triton's <group name>_<index>
+    kind: str = "KIND_CPU"  # the instance's group kind
 
     @property
     def model_dir(self) -> Path:
@@ -57,8 +61,7 @@ class HandlerContext:
 
     @property
     def gpu_allowed(self) -> bool:
-        kind = self.spec.instance_groups[0].kind if self.spec.instance_groups else "KIND_AUTO"
-        return self.use_gpu and kind != "KIND_CPU"
+        return self.use_gpu and self.kind != "KIND_CPU"
 
     def require_model_file(self) -> Path:
         path = self.model_path
@@ -70,13 +73,26 @@ class HandlerContext:
         return path
 
 
+@dataclass
+class ExecutionTiming:
+    """Where one execution's time went, as Triton's statistics split it."""
+
+    input_ns: int = 0  # preparing inputs for the framework (copies, conversions, IPC out)
+    infer_ns: int = 0  # the model itself
+    output_ns: int = 0  # turning results back into arrays (conversions, IPC in, splitting a batch)
+
+
 class ModelHandler(abc.ABC):
-    """A loaded model instance.  ``execute`` runs in a worker thread, never on the event loop."""
+    """A loaded model instance.  ``execute`` runs in a worker thread, never on the event loop.
+
+    An instance runs one execution at a time; ``timing`` holds the phases of the current one.
+    """
 
     def __init__(self, context: HandlerContext) -> None:
         self.context = context
         self.spec = context.spec
         self.device = "cpu"
+        self.timing = ExecutionTiming()
 
     @abc.abstractmethod
     def load(self) -> None:
@@ -106,12 +122,34 @@ class TensorHandler(ModelHandler):
     """A handler whose model maps input arrays to output arrays (ONNX, TorchScript).
 
     Such models can run many requests as one batch: the scheduler concatenates
-    inputs along the batch dim and calls :meth:`run` once.
+    inputs along the batch dim and calls :meth:`run` once.  A run has three timed
+    phases: :meth:`prepare`, :meth:`infer`, :meth:`collect`.
     """
 
     @abc.abstractmethod
+    def prepare(self, inputs: dict[str, np.ndarray]) -> Any:
+        """Named input arrays as the framework takes them."""
+
+    @abc.abstractmethod
+    def infer(self, feeds: Any) -> Any:
+        """Run the model on prepared inputs."""
+
+    @abc.abstractmethod
+    def collect(self, results: Any) -> dict[str, np.ndarray]:
+        """The framework's results as named output arrays."""
+
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run the model on named input arrays, returning every output."""
+        """Run the model on named input arrays, returning every output (timed into :attr:`timing`)."""
+        started = time.perf_counter_ns()
+        feeds = self.prepare(inputs)
+        prepared = time.perf_counter_ns()
+        results = self.infer(feeds)
+        inferred = time.perf_counter_ns()
+        outputs = self.collect(results)
+        self.timing.input_ns += prepared - started
+        self.timing.infer_ns += inferred - prepared
+        self.timing.output_ns += time.perf_counter_ns() - inferred
+        return outputs
 
     def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
         results: list[RequestResult] = []

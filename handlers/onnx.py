@@ -153,8 +153,8 @@ class OnnxRuntimeHandler(TensorHandler):
         self._output_names = [t.name for t in spec.outputs]
         self._string_inputs = {t.name for t in spec.inputs if t.datatype == "BYTES"}
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        feeds = {
+    def prepare(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {
             name: (
                 np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(array)
                 if name in self._string_inputs
@@ -162,14 +162,16 @@ class OnnxRuntimeHandler(TensorHandler):
             )
             for name, array in inputs.items()
         }
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> list:
         try:
-            results = self.session.run(self._output_names, feeds)
+            return self.session.run(self._output_names, feeds)
         except Exception as exc:  # noqa: BLE001
             raise InternalError(f"onnxruntime execution failed: {exc}") from None
-        outputs = {}
-        for name, array in zip(self._output_names, results, strict=True):
-            outputs[name] = as_bytes_array(array) if array.dtype == np.object_ else array
-        return outputs
+
+    def collect(self, results: list) -> dict[str, np.ndarray]:
+        return {name: as_bytes_array(array) if array.dtype == np.object_ else array
+                for name, array in zip(self._output_names, results, strict=True)}
 
     def unload(self, deadline: float | None = None) -> None:
         self.session = None

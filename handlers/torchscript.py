@@ -34,7 +34,7 @@ class TorchScriptHandler(TensorHandler):
             raise ModelLoadError(f"torch.jit.load failed: {exc}") from None
         self.module.eval()
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def prepare(self, inputs: dict[str, np.ndarray]) -> list:
         torch = self._torch
         arguments = []
         for spec in self.spec.inputs:
@@ -43,11 +43,16 @@ class TorchScriptHandler(TensorHandler):
                 if not array.flags.writeable or not array.flags.c_contiguous:
                     array = np.array(array, order="C")
                 arguments.append(torch.from_numpy(array).to(self.device))
+        return arguments
+
+    def infer(self, arguments: list):
         try:
-            with torch.inference_mode():
-                result = self.module(*arguments)
+            with self._torch.inference_mode():
+                return self.module(*arguments)
         except Exception as exc:  # noqa: BLE001
             raise InternalError(f"TorchScript execution failed: {exc}") from None
+
+    def collect(self, result) -> dict[str, np.ndarray]:
         if isinstance(result, dict):
             values = [result.get(spec.name) for spec in self.spec.outputs]
         elif isinstance(result, (list, tuple)):

@@ -44,9 +44,14 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class InstanceGroupSpec:
-    kind: str  # KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL
+    kind: str  # KIND_GPU, KIND_CPU, KIND_MODEL (KIND_AUTO is resolved when the config is read)
     count: int
     gpus: tuple[int, ...] = ()
+    name: str = ""
+
+    def instance_names(self) -> list[str]:
+        """Triton's instance names: ``<group name>_<index>``."""
+        return [f"{self.name}_{index}" for index in range(self.count)]
 
 
 @dataclass(frozen=True)
@@ -192,8 +197,34 @@ def _check_file_name(file_name: str, model: str) -> str:
     return file_name
 
 
-def parse_model_config(text: str, folder_name: str) -> ModelSpec:
-    """Parse ``config.pbtxt`` text for the model in folder ``folder_name``.
+def _fill_defaults(config: ModelConfig, handler: str, gpu_count: int) -> None:
+    """What Triton fills into a config it reads, so ``/config`` and ``args["model_config"]`` read the same."""
+    if not config.default_model_filename:
+        config.default_model_filename = DEFAULT_MODEL_FILENAMES[handler]
+    optimization = config.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
+    batching = config.dynamic_batching
+    if config.HasField("dynamic_batching") and config.max_batch_size > 0 and not batching.preferred_batch_size:
+        batching.preferred_batch_size.append(config.max_batch_size)
+    kinds = model_config_pb2.ModelInstanceGroup
+    if not config.instance_group:
+        if gpu_count:
+            config.instance_group.add(name=config.name, kind=kinds.KIND_GPU, count=1, gpus=range(gpu_count))
+        else:
+            config.instance_group.add(name=config.name, kind=kinds.KIND_CPU, count=1)
+    for group in config.instance_group:
+        if group.kind == kinds.KIND_AUTO:
+            group.kind = kinds.KIND_GPU if gpu_count else kinds.KIND_CPU
+        if group.kind == kinds.KIND_GPU and gpu_count and not group.gpus:
+            group.gpus.extend(range(gpu_count))
+
+
+def parse_model_config(text: str, folder_name: str, gpu_count: int = 0) -> ModelSpec:
+    """Parse ``config.pbtxt`` text for the model in folder ``folder_name`` (``gpu_count``: GPUs this server
+    may place instances on; KIND_AUTO and missing instance groups resolve against it, as in Triton).
 
     Raises ModelLoadError with a client-presentable reason for any problem.
     """
@@ -224,8 +255,7 @@ def parse_model_config(text: str, folder_name: str) -> ModelSpec:
         raise ModelLoadError(f"model '{folder_name}': config must declare its inputs and outputs")
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    if not config.instance_group:
-        config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_AUTO)
+    _fill_defaults(config, handler, gpu_count)
     groups = []
     for index, group in enumerate(config.instance_group):
         if group.count == 0:
@@ -239,14 +269,13 @@ def parse_model_config(text: str, folder_name: str) -> ModelSpec:
                 kind=model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind),
                 count=group.count,
                 gpus=tuple(group.gpus),
+                name=group.name,
             )
         )
     batching = _dynamic_batching(config)
     if batching and config.max_batch_size == 0:
         raise ModelLoadError(f"model '{folder_name}': dynamic_batching needs max_batch_size > 0")
-    file_name = _check_file_name(
-        config.default_model_filename or DEFAULT_MODEL_FILENAMES[handler], folder_name
-    )
+    file_name = _check_file_name(config.default_model_filename, folder_name)
     return ModelSpec(
         name=folder_name,
         handler=handler,

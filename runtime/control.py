@@ -7,7 +7,7 @@ import contextlib
 import logging
 from typing import Protocol
 
-from runtime.errors import InvalidArgument, Unsupported
+from runtime.errors import InvalidArgument, Unavailable
 from runtime.manager import ModelManager
 from runtime.repository import is_model_folder_name
 from runtime.watch import RepositoryWatcher
@@ -15,6 +15,7 @@ from runtime.watch import RepositoryWatcher
 logger = logging.getLogger(__name__)
 
 MODES = ("none", "poll", "explicit")
+ALL_MODELS = "*"
 _DEBOUNCE_SECONDS = 0.5
 
 
@@ -37,6 +38,7 @@ class ModelControl:
         mode: str = "none",
         poll_interval: float = 5.0,
         source: RepositorySource | None = None,
+        startup_models: tuple[str, ...] = (),
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"model control mode must be one of {MODES}")
@@ -44,6 +46,7 @@ class ModelControl:
         self.mode = mode
         self.poll_interval = poll_interval
         self.source = source
+        self.startup_models = startup_models  # explicit mode: what to load at start ("*": everything)
 
     async def refresh(self, model: str | None = None) -> None:
         """Update the local repository from its source (no-op for a local folder)."""
@@ -61,8 +64,14 @@ class ModelControl:
                 entry.reason = f"sync failed, still serving the previous copy: {reason}"
 
     async def initial_load(self) -> None:
-        await self.refresh()
-        await self.manager.load_all()
+        """Load the repository (explicit mode: only ``startup_models``, as Triton's ``--load-model``)."""
+        if self.mode == "explicit" and ALL_MODELS not in self.startup_models:
+            for name in self.startup_models:
+                await self.refresh(name)
+                await self.manager.load_model(name)
+        else:
+            await self.refresh()
+            await self.manager.load_all()
         self._prune()
 
     async def poll_forever(self) -> None:
@@ -94,10 +103,8 @@ class ModelControl:
             self.source.prune()
 
     def _require_explicit(self) -> None:
-        if self.mode != "explicit":
-            raise Unsupported(
-                f"explicit model load / unload is not allowed: model control mode is '{self.mode}'"
-            )
+        if self.mode != "explicit":  # Triton's words, whatever the mode
+            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
 
     @staticmethod
     def _check_request(name: str, parameters: dict, allowed: tuple[str, ...] = ()) -> None:

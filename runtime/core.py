@@ -11,24 +11,33 @@ from runtime import __version__
 from runtime.config import ModelSpec
 from runtime.control import ModelControl
 from runtime.datatypes import datatype_of
-from runtime.errors import InternalError, ServingError
-from runtime.manager import ModelManager
+from runtime.errors import InternalError, InvalidArgument, ServingError
+from runtime.manager import ModelManager, parse_version
 from runtime.model import ModelVersion
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 from runtime.validation import expected_shape, validate_request
 
 logger = logging.getLogger(__name__)
 
-SERVER_NAME = "serverless-triton"
-EXTENSIONS = ("model_repository", "model_configuration", "binary_tensor_data", "schedule_policy", "statistics")
+SERVER_NAME = "triton"  # what Triton answers: tools and Triton's own examples check it
+# The extensions this server serves, in Triton's order and spelling.
+EXTENSIONS = ("model_repository", "model_repository(unload_dependents)", "schedule_policy", "model_configuration",
+              "binary_tensor_data", "parameters", "statistics")
 
 
 class InferenceService:
-    """Health, metadata, config and inference over a :class:`ModelManager`."""
+    """Health, metadata, config and inference over a :class:`ModelManager`.
 
-    def __init__(self, manager: ModelManager, control: ModelControl | None = None) -> None:
+    ``strict_readiness`` (Triton's default): the server is ready only while every model it tried to load is
+    ready; otherwise ready once the initial load finished.
+    """
+
+    def __init__(self, manager: ModelManager, control: ModelControl | None = None, server_name: str = SERVER_NAME,
+                 strict_readiness: bool = True) -> None:
         self.manager = manager
         self.control = control or ModelControl(manager)
+        self.server_name = server_name
+        self.strict_readiness = strict_readiness
         self.initial_load_done = False
         self.shutting_down = False
         self.last_activity = time.monotonic()
@@ -39,12 +48,15 @@ class InferenceService:
         return True
 
     def ready(self) -> bool:
-        return self.initial_load_done and not self.shutting_down
+        if not self.initial_load_done or self.shutting_down:
+            return False
+        return not self.strict_readiness or self.manager.all_ready()
 
     def server_metadata(self) -> dict:
-        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+        return {"name": self.server_name, "version": __version__, "extensions": list(EXTENSIONS)}
 
     def model_ready(self, name: str, version: str = "") -> bool:
+        parse_version(version)  # a version that is not a number is an error, not "not ready"
         if self.shutting_down:
             return False
         try:
@@ -59,11 +71,11 @@ class InferenceService:
 
     def model_metadata(self, name: str, version: str = "") -> dict:
         model = self.manager.get(name, version)
-        entry = self.manager.entry(name)
         spec = model.spec
+        versions = [model.version] if version else self.manager.entry(name).ready_versions()
         return {
             "name": name,
-            "versions": [str(v) for v in entry.ready_versions()],
+            "versions": [str(v) for v in versions],
             "platform": spec.platform or spec.backend,
             "inputs": [
                 {"name": t.name, "datatype": t.datatype, "shape": expected_shape(spec, t)} for t in spec.inputs
@@ -79,11 +91,14 @@ class InferenceService:
     def model_statistics(self, name: str = "", version: str = "") -> dict:
         """Triton's statistics extension: every loaded version, or those of one model."""
         if name:
-            entry = self.manager.entry(name)
-            if version:
-                versions = [self.manager.get(name, version)]
-            else:
-                versions = [entry.versions[v] for v in entry.ready_versions()]
+            entry = self.manager.models.get(name)
+            loaded = {v: m for v, m in entry.versions.items() if m.in_service} if entry else {}
+            if not loaded:
+                raise InvalidArgument(f"requested model '{name}' is not available")
+            number = parse_version(version)
+            if number is not None and number not in loaded:
+                raise InvalidArgument(f"requested model version is not available for model '{name}'")
+            versions = [loaded[number]] if number is not None else [loaded[v] for v in sorted(loaded)]
         else:
             versions = [
                 m for e in sorted(self.manager.models.values(), key=lambda e: e.name)
@@ -117,7 +132,7 @@ class InferenceService:
 
     def _response(self, model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray]) -> InferResponse:
         spec = model.spec
-        wanted = request.outputs or [RequestedOutput(name) for name in _output_names(spec, arrays)]
+        wanted = _in_config_order(spec, request.outputs) or [RequestedOutput(n) for n in _output_names(spec, arrays)]
         outputs: list[InferTensor] = []
         for requested in wanted:
             array = arrays.get(requested.name)
@@ -142,6 +157,13 @@ class InferenceService:
             id=request.id,
             outputs=outputs,
         )
+
+
+def _in_config_order(spec: ModelSpec, requested: list[RequestedOutput]) -> list[RequestedOutput]:
+    """Requested outputs once each, in the order the config lists them (as Triton answers)."""
+    by_name = {output.name: output for output in requested}
+    ordered = [by_name.pop(t.name) for t in spec.outputs if t.name in by_name]
+    return ordered + list(by_name.values())
 
 
 def _output_names(spec: ModelSpec, arrays: dict[str, np.ndarray]) -> list[str]:

@@ -98,24 +98,25 @@ def serialize_bytes(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes(buffer: bytes | memoryview, count: int) -> np.ndarray:
+def deserialize_bytes(buffer: bytes | memoryview, count: int, name: str = "") -> np.ndarray:
     """Decode ``count`` length-prefixed elements, requiring the buffer to hold exactly them."""
     view = memoryview(buffer)
     items: list[bytes] = []
     offset = 0
     for _ in range(count):
         if offset + 4 > len(view):
-            raise InvalidArgument("BYTES tensor data ends inside an element length prefix")
+            raise InvalidArgument(f"incomplete string length for inference input '{name}', expecting 4 bytes but "
+                                  f"only {len(view) - offset} bytes available")
         (length,) = struct.unpack_from("<I", view, offset)
         offset += 4
         if offset + length > len(view):
-            raise InvalidArgument("BYTES tensor element runs past the end of its data")
+            raise InvalidArgument(f"incomplete string data for inference input '{name}', expecting string of length "
+                                  f"{length} but only {len(view) - offset} bytes available")
         items.append(bytes(view[offset : offset + length]))
         offset += length
     if offset != len(view):
-        raise InvalidArgument(
-            f"BYTES tensor data holds {len(view) - offset} bytes beyond its {count} elements"
-        )
+        raise InvalidArgument(f"expected {count} strings for inference input '{name}', got {len(view) - offset} "
+                              "bytes of extra data")
     result = np.empty(count, dtype=np.object_)
     result[:] = items
     return result

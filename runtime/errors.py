@@ -29,6 +29,7 @@ class ServingError(Exception):
     """Base class of every error a client may see."""
 
     status: Status = Status.INTERNAL
+    executed: bool = False  # raised by a model's execution (not by validation or lookup)
 
     def __init__(self, message: str, status: Status | None = None) -> None:
         super().__init__(message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +17,8 @@ from runtime.repository import CONFIG_FILE, ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 
 logger = logging.getLogger(__name__)
+_LEADING_INTEGER = re.compile(r"\s*[+-]?\d+")
+UNLOADED = "unloaded"
 
 
 @dataclass
@@ -164,9 +167,11 @@ class ModelManager:
                 repository_dir=self.repository.root,
                 instance_index=index,
                 use_gpu=self.use_gpu,
-                device_id=_device_id(spec, index),
+                device_id=device_id,
+                instance_name=instance_name,
+                kind=kind,
             )
-            for index in range(spec.instance_count)
+            for index, (instance_name, kind, device_id) in enumerate(_instances(spec))
         ]
         await asyncio.to_thread(model_version.load, contexts)
         if model_version.loaded:
@@ -227,8 +232,8 @@ class ModelManager:
             if forget:
                 del self.models[name]
             else:
-                self.models[name] = ModelEntry(name=name, spec=entry.spec, reason="unloaded",
-                                               config_digest="unloaded")
+                self.models[name] = ModelEntry(name=name, spec=entry.spec, reason=UNLOADED,
+                                               config_digest=UNLOADED)
             for model_version in versions:
                 self._retire(model_version)
             await self.wait_retired()
@@ -240,30 +245,29 @@ class ModelManager:
 
     # -- lookups -------------------------------------------------------------------
     def get(self, name: str, version: str = "") -> ModelVersion:
-        """The ready version asked for (or the newest ready one); NotFound / Unavailable otherwise."""
+        """The ready version asked for (or the newest ready one), in Triton's words when there is none:
+        NotFound for an unknown or failed model or version, Unavailable while a loaded version's instances
+        are all being restarted; our reason follows Triton's text."""
         entry = self.models.get(name)
         if entry is None:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
-        if version:
-            if not (version.isascii() and version.isdigit()):
-                raise NotFound(f"Request for unknown model: '{name}' version '{version}' is not found")
-            model_version = entry.versions.get(int(version))
+        number = parse_version(version)
+        if entry.spec is None:  # its config did not parse: Triton never knew the model
+            raise NotFound(f"Request for unknown model: '{name}' is not found" + _detail(entry.reason))
+        if number is not None:
+            model_version = entry.versions.get(number)
             if model_version is None:
-                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+                raise NotFound(f"Request for unknown model: '{name}' version {number} is not found")
             if not model_version.ready:
-                reason = model_version.status()[1]
-                raise Unavailable(
-                    f"Request for unknown model: '{name}' version {version} is not at ready state"
-                    + (f": {reason}" if reason else "")
-                )
+                error = Unavailable if model_version.in_service else NotFound  # 503: its workers are restarting
+                raise error(f"Request for unknown model: '{name}' version {number} is not at ready state"
+                            + _detail(model_version.status()[1]))
             return model_version
         ready = entry.ready_versions()
         if not ready:
             reason = entry.reason or "; ".join(r for m in entry.versions.values() if (r := m.status()[1]))
-            raise Unavailable(
-                f"Request for unknown model: '{name}' has no available versions"
-                + (f": {reason}" if reason else "")
-            )
+            error = Unavailable if any(m.in_service for m in entry.versions.values()) else NotFound
+            raise error(f"Request for unknown model: '{name}' has no available versions" + _detail(reason))
         return entry.versions[ready[-1]]
 
     def entry(self, name: str) -> ModelEntry:
@@ -287,8 +291,19 @@ class ModelManager:
             else:
                 for version, model_version in sorted(entry.versions.items()):
                     state, reason = model_version.status()
-                    rows.append({"name": name, "version": str(version), "state": state, "reason": reason})
+                    row = {"name": name, "version": str(version), "state": state}
+                    rows.append(row | {"reason": reason} if reason else row)
         return rows
+
+    def all_ready(self) -> bool:
+        """Whether every model the server tried to load (and was not told to unload) is ready."""
+        for name in set(self.models) | set(self.external_failures):
+            entry = self.models.get(name)
+            if entry is None or (not entry.ready_versions() and entry.reason != UNLOADED):
+                return False
+            if any(not m.ready for m in entry.versions.values() if m.state is not ModelState.UNLOADING):
+                return False
+        return True
 
     def require_known(self, name: str) -> None:
         """Explicit loads take only model names that are folders of the repository."""
@@ -304,6 +319,27 @@ class ModelManager:
         await self.wait_retired()
 
 
-def _device_id(spec: ModelSpec, instance_index: int) -> int:
-    gpus = [gpu for group in spec.instance_groups for gpu in group.gpus]
-    return gpus[instance_index % len(gpus)] if gpus else 0
+def parse_version(version: str) -> int | None:
+    """A requested version as Triton reads it (C++ ``stol``: the leading integer); None for the newest."""
+    match = _LEADING_INTEGER.match(version)
+    if not version:
+        return None
+    if match is None:
+        raise InvalidArgument(f"failed to get model version from specified version string '{version[:64]}' "
+                              "(details: stol), version should be an integral value > 0")
+    number = int(match.group(0))
+    return None if number == -1 else number
+
+
+def _detail(reason: str) -> str:
+    return f": {reason}" if reason else ""
+
+
+def _instances(spec: ModelSpec) -> list[tuple[str, str, int]]:
+    """(name, kind, device id) of every instance, group by group; a group's instances take its GPUs in turn."""
+    instances = []
+    for group in spec.instance_groups:
+        for index, name in enumerate(group.instance_names()):
+            device = group.gpus[index % len(group.gpus)] if group.gpus else 0
+            instances.append((name, group.kind, device))
+    return instances

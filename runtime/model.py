@@ -120,6 +120,7 @@ class ModelVersion:
         try:
             result, queue_ns = await self.scheduler.submit(request, batch_size)
             if isinstance(result, ServingError):
+                result.executed = True
                 raise result
             ok = True
             return result

@@ -23,8 +23,9 @@ def is_model_folder_name(name: str) -> bool:
 class ModelRepository:
     """Reads model folders of a repository on local disk; never follows client input."""
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, gpu_count: int = 0) -> None:
         self.root = Path(root).resolve()
+        self.gpu_count = gpu_count  # KIND_AUTO and default instance groups resolve against it
 
     def model_names(self) -> list[str]:
         if not self.root.is_dir():
@@ -53,7 +54,7 @@ class ModelRepository:
             text = config_path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ModelLoadError(f"model '{name}': cannot read {CONFIG_FILE}: {exc.__class__.__name__}") from None
-        return parse_model_config(text, name)
+        return parse_model_config(text, name, self.gpu_count)
 
     def versions_on_disk(self, name: str) -> list[int]:
         folder = self.model_dir(name)

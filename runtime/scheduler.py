@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from handlers import ModelHandler, RequestResult, TensorHandler
+from handlers.base import ExecutionTiming
 from runtime.config import ModelSpec
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
 from runtime.stats import ModelStatistics
@@ -233,7 +234,10 @@ class Scheduler:
                 logger.exception("model '%s' execution failed", self.spec.name)
                 results = [InternalError(f"execution failed: {type(exc).__name__}")] * len(batch)
             elapsed = time.perf_counter_ns() - started
-            self.stats.record_execution(total, 0, elapsed, 0, len(batch))
+            timing = instance.timing
+            if not (timing.input_ns or timing.infer_ns or timing.output_ns):
+                timing = ExecutionTiming(infer_ns=elapsed)
+            self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
             seconds = elapsed / 1e9
             self._exec_seconds = seconds if self._exec_seconds is None else (
                 (1 - _EWMA) * self._exec_seconds + _EWMA * seconds)
@@ -244,6 +248,7 @@ class Scheduler:
     def _execute(self, instance: ModelHandler, batch: list[_Item]) -> list[RequestResult]:
         """Runs in a worker thread: one execution for the whole batch."""
         requests = [item.request for item in batch]
+        instance.timing = ExecutionTiming()
         if not self.concatenate or len(batch) == 1:
             results = instance.execute(requests)
         else:
@@ -255,13 +260,17 @@ class Scheduler:
 
 
 def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[RequestResult]:
+    started = time.perf_counter_ns()
     names = [t.name for t in batch[0].request.inputs]
     inputs = {name: np.concatenate([item.request.input_arrays()[name] for item in batch]) for name in names}
+    instance.timing.input_ns += time.perf_counter_ns() - started
     try:
         outputs = instance.run(inputs)
     except ServingError:
         # One bad request must not fail its neighbours: run each alone to isolate it.
+        instance.timing = ExecutionTiming()
         return instance.execute([item.request for item in batch])
+    splitting = time.perf_counter_ns()
     total = sum(item.batch_size for item in batch)
     results: list[RequestResult] = []
     offset = 0
@@ -274,6 +283,7 @@ def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[Reque
             sliced[name] = array[offset : offset + item.batch_size]
         results.append(sliced)
         offset += item.batch_size
+    instance.timing.output_ns += time.perf_counter_ns() - splitting
     return results
 
 

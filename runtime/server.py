@@ -13,6 +13,7 @@ from pathlib import Path
 from runtime.auth import TokenAuth
 from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
+from runtime.devices import gpu_count
 from runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits, create_grpc_server
 from runtime.http.app import create_http_app, create_metrics_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
@@ -47,10 +48,13 @@ class ServerOptions:
     json_decode_budget: int = DEFAULT_JSON_BUDGET_BYTES
     http_limits: HttpLimits = field(default_factory=HttpLimits)
     grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
+    server_name: str = "triton"
+    strict_readiness: bool = True
     auth_token: str | None = None
     auth_exempt_health: bool = True
     shutdown_timeout: float = 30.0
     model_control: str = "none"  # none | poll | explicit
+    startup_models: tuple[str, ...] = ()  # explicit mode: models loaded at start ("*": all)
     poll_interval: float = 5.0
     idle_timeout: float = 0.0  # exit after this long without requests (0: never)
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
@@ -74,13 +78,14 @@ class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.manager = ModelManager(
-            ModelRepository(options.model_repository),
+            ModelRepository(options.model_repository, gpu_count() if options.use_gpu else 0),
             use_gpu=options.use_gpu,
             drain_timeout=options.shutdown_timeout,
             max_queue_size=options.default_max_queue_size,
         )
-        self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source)
-        self.service = InferenceService(self.manager, self.control)
+        self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source,
+                                    options.startup_models)
+        self.service = InferenceService(self.manager, self.control, options.server_name, options.strict_readiness)
         self.exit_code = 0
 
     async def run(self, stop: asyncio.Event) -> int:

@@ -70,6 +70,8 @@ class ModelStatistics:
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
                 "inference_stats": {phase: d.to_dict() for phase, d in self.phases.items()},
+                "response_stats": {},  # per-response statistics of decoupled models (none yet)
+                "memory_usage": [],
                 "batch_stats": [
                     {
                         "batch_size": size,

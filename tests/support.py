@@ -23,14 +23,21 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m bootstrap.cli run`` in a subprocess, on free loopback ports."""
+    """``python -m bootstrap.cli run`` in a subprocess, on free loopback ports.
 
-    def __init__(self, repository: Path, *extra: str, env: dict[str, str] | None = None, log: Path | None = None):
+    Test repositories hold broken models on purpose, so readiness is not strict unless ``strict`` (or the
+    test passes ``--strict-readiness`` itself): ``start`` waits for readiness.
+    """
+
+    def __init__(self, repository: Path, *extra: str, env: dict[str, str] | None = None, log: Path | None = None,
+                 strict: bool = False):
         self.repository: Path | str = repository
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
         self.extra = list(extra)
+        if not strict and "--strict-readiness" not in self.extra:
+            self.extra += ["--strict-readiness", "false"]
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log_path = log or repository.parent / f"server-{self.http_port}.log"
         self.process: subprocess.Popen | None = None

@@ -40,10 +40,12 @@ def test_bytes_round_trip_and_exact_length():
     encoded = serialize_bytes(array)
     assert encoded == b"\x01\0\0\0a\0\0\0\0\x02\0\0\0\xc3\xbc"
     assert list(deserialize_bytes(encoded, 3)) == list(array)
-    with pytest.raises(InvalidArgument, match="beyond its 2 elements"):
-        deserialize_bytes(encoded, 2)
-    with pytest.raises(InvalidArgument, match="length prefix"):
-        deserialize_bytes(encoded[:2], 1)
+    with pytest.raises(InvalidArgument, match="expected 2 strings for inference input 'T', got 6 bytes of extra data"):
+        deserialize_bytes(encoded, 2, "T")
+    with pytest.raises(InvalidArgument, match="incomplete string length for inference input 'T'"):
+        deserialize_bytes(encoded[:2], 1, "T")
+    with pytest.raises(InvalidArgument, match="expecting string of length 2 but only 1 bytes available"):
+        deserialize_bytes(encoded[:-1], 3, "T")
 
 
 def test_values_nested_and_flat():

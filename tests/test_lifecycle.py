@@ -130,8 +130,8 @@ def test_load_and_unload_are_refused_outside_explicit_mode(poll_server):
     client = httpclient.InferenceServerClient(process.http_url)
     with pytest.raises(InferenceServerException) as info:
         client.unload_model("versioned")
-    assert info.value.status() == "501"
-    assert "model control mode is 'poll'" in info.value.message()
+    assert info.value.status() == "503"  # Triton's answer (and words), whatever the mode
+    assert "explicit model load / unload is not allowed if polling is enabled" in info.value.message()
     assert client.is_model_ready("versioned")
 
 
@@ -142,7 +142,7 @@ def explicit_server(tmp_path):
     repository = tmp_path / "models"
     write_model(repository, "versioned", IDENTITY_PYTHON_CONFIG, {"1/model.py": VERSION_PYTHON})
     write_model(repository, "later", IDENTITY_PYTHON_CONFIG, {"1/model.py": VERSION_PYTHON})
-    process = ServerProcess(repository, "--model-control-mode", "explicit").start()
+    process = ServerProcess(repository, "--model-control-mode", "explicit", "--load-model", "*").start()
     yield process, repository
     assert process.stop() == 0, process.log()
 
@@ -156,7 +156,7 @@ def test_explicit_load_and_unload_over_http(explicit_server):
     assert _index(client)[("versioned", "")]["reason"] == "unloaded"
     with pytest.raises(InferenceServerException) as info:
         _served_version(client)
-    assert info.value.status() == "503"
+    assert info.value.status() == "404"  # as Triton: no available versions
     (repository / "versioned" / "2").mkdir()
     (repository / "versioned" / "2" / "model.py").write_text(VERSION_PYTHON)
     time.sleep(0.5)
@@ -204,7 +204,7 @@ def test_unload_during_inference_lets_the_request_finish(tmp_path):
     write_model(repository, "slow", IDENTITY_PYTHON_CONFIG, {"1/model.py": python_model_source(
         "time.sleep(1.0)\nreturn [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', "
         "pb_utils.get_input_tensor_by_name(r, 'IN').as_numpy())]) for r in requests]")})
-    with ServerProcess(repository, "--model-control-mode", "explicit") as process:
+    with ServerProcess(repository, "--model-control-mode", "explicit", "--load-model", "slow") as process:
         client = httpclient.InferenceServerClient(process.http_url)
         result: dict = {}
 

@@ -52,7 +52,8 @@ def test_the_installed_wheel_serves_http_and_grpc_from_outside_the_checkout(whee
     process = ServerProcess(repository, env=env, log=tmp_path / "server.log")
     process.command = lambda: [str(venv / "bin" / "bootstrap"), "run", "--model-repository", str(repository),
                                "--host", "127.0.0.1", "--http-port", str(process.http_port),
-                               "--grpc-port", str(process.grpc_port), "--metrics-port", str(process.metrics_port)]
+                               "--grpc-port", str(process.grpc_port), "--metrics-port", str(process.metrics_port),
+                               *process.extra]
     process.start(cwd=tmp_path / "elsewhere")
     try:
         http = httpclient.InferenceServerClient(process.http_url)

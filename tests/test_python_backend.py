@@ -28,7 +28,8 @@ def test_execute_raising_fails_its_request_with_the_message(http_client):
     with pytest.raises(InferenceServerException) as info:
         _infer(http_client, "raising_python")
     assert info.value.status() == "500"
-    assert "Failed to process the request(s) for model 'raising_python'" in info.value.message()
+    # the instance's name, as Triton words it (the default instance group is named after the model)
+    assert "Failed to process the request(s) for model 'raising_python_0'" in info.value.message()
     assert "ValueError: boom from user code" in info.value.message()
     assert "Traceback" not in info.value.message()
 

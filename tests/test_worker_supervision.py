@@ -49,7 +49,7 @@ class TritonPythonModel:
 def flaky(tmp_path):
     flag = tmp_path / "fail-initialize"
     write_model(tmp_path / "models", "flaky", CONFIG, {"1/model.py": MODEL.format(flag=str(flag))})
-    process = ServerProcess(tmp_path / "models", "--model-control-mode", "explicit").start()
+    process = ServerProcess(tmp_path / "models", "--model-control-mode", "explicit", "--load-model", "flaky").start()
     yield process, flag
     assert process.stop() == 0, process.log()
 

@@ -67,8 +67,8 @@ class PythonBackendHandler(ModelHandler):
             version_dir=str(context.version_dir),
             args={
                 "model_config": self.spec.to_json(),
-                "model_instance_kind": "CPU",
-                "model_instance_name": f"{self.spec.name}_{context.instance_index}",
+                "model_instance_kind": "GPU" if context.gpu_allowed and context.kind == "KIND_GPU" else "CPU",
+                "model_instance_name": context.instance_name or f"{self.spec.name}_0_{context.instance_index}",
                 "model_instance_device_id": str(context.device_id),
                 "model_repository": str(context.model_dir),
                 "model_version": str(context.version),
@@ -144,10 +144,14 @@ class PythonBackendHandler(ModelHandler):
 
     # -- execution ---------------------------------------------------------------------
     def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
+        started = time.perf_counter_ns()
         payload = [request_payload(r) for r in requests]
         with self._lock:
+            prepared = time.perf_counter_ns()
+            self.timing.input_ns += prepared - started
             if self._runner is not None:
-                return [_to_result(p) for p in self._runner.execute(payload)]
+                answers = self._runner.execute(payload)
+                return self._results(answers, prepared)
             worker = self._live_worker()
             if worker is None:
                 error = Unavailable(f"{self.label} is not available: {self._down_reason}")
@@ -162,7 +166,14 @@ class PythonBackendHandler(ModelHandler):
                 what = f"worker process {worker.exit_description()}"
                 self._lose_worker(what)
                 return [InternalError(f"{self.label}: {what}; it is being restarted")] * len(requests)
-        return [_to_result(answer) for answer in answers]
+            return self._results(answers, prepared)
+
+    def _results(self, answers: list[tuple], prepared: int) -> list[RequestResult]:
+        answered = time.perf_counter_ns()
+        results = [_to_result(answer) for answer in answers]
+        self.timing.infer_ns += answered - prepared
+        self.timing.output_ns += time.perf_counter_ns() - answered
+        return results
 
     def _live_worker(self) -> WorkerProcess | None:
         """The worker, replaced first (once, synchronously) if it died while idle; None if there is none."""

@@ -75,7 +75,7 @@ class ModelRunner:
             try:
                 module_spec.loader.exec_module(module)
             except BaseException as exc:  # noqa: BLE001 - user code can raise anything, SystemExit too
-                raise ModelLoadError(f"model.py failed to import: {type(exc).__name__}: {exc}") from None
+                raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from None
             finally:
                 sys.path.remove(spec.version_dir)
         return module
@@ -83,13 +83,13 @@ class ModelRunner:
     def load(self) -> None:
         model_class = getattr(self._import(), "TritonPythonModel", None)
         if model_class is None:
-            raise ModelLoadError("model.py defines no class TritonPythonModel")
+            raise ModelLoadError("Internal: AttributeError: module 'model' has no attribute 'TritonPythonModel'")
         try:
             self.model = model_class()
             if hasattr(self.model, "initialize"):
                 self.model.initialize(dict(self.spec.args))
         except Exception as exc:  # noqa: BLE001
-            raise ModelLoadError(f"initialize failed: {type(exc).__name__}: {exc}") from None
+            raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from None
 
     def execute(self, payloads: list[RequestPayload]) -> list[ResultPayload]:
         name = self.spec.model_name
@@ -108,7 +108,9 @@ class ModelRunner:
             responses = self.model.execute(requests)
         except Exception as exc:  # noqa: BLE001 - user code
             logger.warning("model '%s' execute raised %s: %s", name, type(exc).__name__, exc)
-            message = f"Failed to process the request(s) for model '{name}', message: {type(exc).__name__}: {exc}"
+            instance = self.spec.args.get("model_instance_name", name)
+            message = (f"Failed to process the request(s) for model '{instance}', message: "
+                       f"{type(exc).__name__}: {exc}")
             return [_error(message)] * len(requests)
         if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
             count = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__

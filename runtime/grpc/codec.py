@@ -8,8 +8,9 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
-from runtime.datatypes import DATATYPES, array_from_buffer, array_from_values, array_to_buffer, for_input
+from runtime.datatypes import array_to_buffer, numpy_dtype
 from runtime.errors import InvalidArgument, Unsupported
+from runtime.shared_memory import require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 # Typed ``contents`` field that carries each datatype (FP16 has none: raw contents only).
@@ -27,7 +28,7 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-_UNSUPPORTED_PARAMETERS = ("shared_memory_region", "classification")
+_UNSUPPORTED_PARAMETERS = ("classification",)
 
 
 def parameters_to_dict(parameters) -> dict[str, Any]:
@@ -43,6 +44,7 @@ def _check_parameters(parameters: dict[str, Any], what: str) -> None:
     for key in _UNSUPPORTED_PARAMETERS:
         if key in parameters:
             raise Unsupported(f"{what}: parameter '{key}' is not supported by this server")
+    require_no_regions(parameters)
 
 
 def _set_parameter(target, key: str, value: Any) -> None:
@@ -56,48 +58,57 @@ def _set_parameter(target, key: str, value: Any) -> None:
         target[key].string_param = str(value)
 
 
-def _input_array(tensor, raw: bytes | None) -> np.ndarray:
-    name, datatype = tensor.name, tensor.datatype
-    if datatype not in DATATYPES:
-        raise InvalidArgument(f"input '{name}': unsupported datatype '{datatype}'")
-    shape = tuple(tensor.shape)
-    if any(d < 0 for d in shape):
-        raise InvalidArgument(f"input '{name}': shape {list(shape)} has a negative dimension")
-    field = _CONTENTS_FIELD.get(datatype)
-    if raw is None and field is None:
-        raise InvalidArgument(f"input '{name}': datatype {datatype} must be sent in raw_input_contents")
-    if raw is not None:
-        return for_input(name, array_from_buffer, datatype, shape, raw)
-    return for_input(name, array_from_values, datatype, shape, list(getattr(tensor.contents, field)))
+def _typed_array(tensor) -> np.ndarray | None:
+    """The values of an input's typed ``contents`` (any count: validation checks it), None if it has none."""
+    field = _CONTENTS_FIELD.get(tensor.datatype)
+    if field is None or not tensor.HasField("contents"):
+        return None
+    values = getattr(tensor.contents, field)
+    if tensor.datatype == "BYTES":
+        array = np.empty(len(values), dtype=np.object_)
+        array[:] = list(values)
+        return array
+    try:
+        return np.asarray(values, dtype=numpy_dtype(tensor.datatype))
+    except (OverflowError, ValueError) as exc:
+        raise InvalidArgument(f"input '{tensor.name}': contents do not fit datatype {tensor.datatype}: {exc}") from None
 
 
 def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest:
     """A ModelInferRequest as a core InferRequest; InvalidArgument on any inconsistency."""
+    model = message.model_name
     raw_contents = message.raw_input_contents
-    if raw_contents and len(raw_contents) != len(message.inputs):
-        raise InvalidArgument(
-            f"raw_input_contents holds {len(raw_contents)} entries for {len(message.inputs)} inputs: "
-            "when used it must hold one per input"
-        )
     parameters = parameters_to_dict(message.parameters)
     _check_parameters(parameters, "request")
     inputs = []
     for index, tensor in enumerate(message.inputs):
-        if not tensor.name:
-            raise InvalidArgument("each input must have a name")
         input_parameters = parameters_to_dict(tensor.parameters)
         _check_parameters(input_parameters, f"input '{tensor.name}'")
-        if raw_contents and tensor.HasField("contents"):
-            raise InvalidArgument(f"input '{tensor.name}' has both contents and raw_input_contents")
-        data = _input_array(tensor, raw_contents[index] if raw_contents else None)
-        inputs.append(InferTensor(tensor.name, tensor.datatype, tuple(tensor.shape), data, input_parameters))
+        shape = tuple(tensor.shape)
+        if raw_contents:
+            if tensor.HasField("contents"):
+                raise InvalidArgument(f"contents field must not be specified when using raw_input_contents for "
+                                      f"'{tensor.name}' for model '{model}'")
+            if index >= len(raw_contents):
+                raise InvalidArgument(f"unable to find data for input tensor '{tensor.name}' for model '{model}' "
+                                      "in request.")
+            inputs.append(InferTensor(tensor.name, tensor.datatype, shape, None, input_parameters,
+                                      raw=raw_contents[index]))
+            continue
+        data = _typed_array(tensor)
+        if data is None and not (shape and 0 in shape):
+            raise InvalidArgument(f"unable to find data for input tensor '{tensor.name}' for model '{model}' in "
+                                  "request.")
+        inputs.append(InferTensor(tensor.name, tensor.datatype, shape, data, input_parameters))
+    if len(raw_contents) > len(message.inputs):
+        raise InvalidArgument(f"unexpected additional input data for model '{model}'")
     outputs = []
     for output in message.outputs:
         output_parameters = parameters_to_dict(output.parameters)
         _check_parameters(output_parameters, f"output '{output.name}'")
         outputs.append(RequestedOutput(output.name, output_parameters))
     return InferRequest(
-        model_name=message.model_name,
+        model_name=model,
         model_version=message.model_version,
         id=message.id,
         inputs=inputs,

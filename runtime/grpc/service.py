@@ -29,6 +29,7 @@ GRPC_STATUS = {
 }
 
 
+FINAL_RESPONSE = "triton_final_response"  # marks each stream response that ends its request
 # Status details travel percent-encoded in a trailer; clients refuse trailers past 8 KiB in all.
 MAX_DETAILS_BYTES = 1024
 
@@ -81,7 +82,7 @@ def _unary(method):
 
 def _require_default_repository(request) -> None:
     if request.repository_name:
-        raise Unsupported("this server has one repository: leave repository_name empty")
+        raise Unsupported("'repository_name' specification is not supported")
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -151,12 +152,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 await results.put(service_pb2.ModelStreamInferResponse(error_message=message.error.message))
                 return
             try:
-                response = await self.service.infer(decode_infer_request(message))
-                await results.put(service_pb2.ModelStreamInferResponse(infer_response=encode_infer_response(response)))
+                response = encode_infer_response(await self.service.infer(decode_infer_request(message)))
+                response.parameters[FINAL_RESPONSE].bool_param = True
+                await results.put(service_pb2.ModelStreamInferResponse(infer_response=response))
             except ServingError as exc:
-                failed = service_pb2.ModelInferResponse(
-                    model_name=message.model_name, model_version=message.model_version, id=message.id
-                )
+                failed = service_pb2.ModelInferResponse()
+                if exc.executed:  # as Triton: a response was being built when the model failed
+                    failed.model_name = message.model_name
+                    failed.parameters[FINAL_RESPONSE].bool_param = True
                 await results.put(service_pb2.ModelStreamInferResponse(error_message=details(exc.message),
                                                                        infer_response=failed))
             except Exception:  # noqa: BLE001

@@ -71,7 +71,7 @@ class V2Endpoints:
 
     @staticmethod
     def _model(request: Request) -> tuple[str, str]:
-        return request.path_params["model_name"], request.path_params.get("model_version", "")
+        return request.path_params["model_name"], str(request.path_params.get("model_version", ""))
 
     async def live(self, request: Request) -> Response:
         return Response(status_code=200 if self.service.live() else 400)
@@ -88,14 +88,16 @@ class V2Endpoints:
         return JSONResponse(self.service.model_metadata(*self._model(request)))
 
     async def model_ready(self, request: Request) -> Response:
-        return Response(status_code=200 if self.service.model_ready(*self._model(request)) else 400)
+        if self.service.model_ready(*self._model(request)):
+            return Response(status_code=200)
+        return JSONResponse({"error": "Model version not ready"}, status_code=400)
 
     async def model_config(self, request: Request) -> Response:
         return JSONResponse(self.service.model_config(*self._model(request)).to_json_dict())
 
     async def model_statistics(self, request: Request) -> Response:
         name = request.path_params.get("model_name", "")
-        return JSONResponse(self.service.model_statistics(name, request.path_params.get("model_version", "")))
+        return JSONResponse(self.service.model_statistics(name, str(request.path_params.get("model_version", ""))))
 
     async def repository_index(self, request: Request) -> Response:
         body = await read_body(request, 1 << 16, self.body_timeout)
@@ -253,7 +255,7 @@ def create_http_app(
     """The Starlette application serving the V2 REST protocol."""
     endpoints = V2Endpoints(service, max_body_bytes, body_timeout, json_budget)
     model = "/v2/models/{model_name}"
-    versioned = model + "/versions/{model_version}"
+    versioned = model + "/versions/{model_version:int}"  # Triton's routes take only numbers
     routes = [
         Route("/v2/health/live", endpoints.live, methods=["GET"]),
         Route("/v2/health/ready", endpoints.ready, methods=["GET"]),
@@ -272,7 +274,7 @@ def create_http_app(
             Route(prefix + "/stats", endpoints.model_statistics, methods=["GET"]),
         ]
     middleware = [Middleware(TokenAuthMiddleware, auth=auth, exempt_health=exempt_health)] if auth else []
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=middleware,
         exception_handlers={
@@ -281,6 +283,8 @@ def create_http_app(
             Exception: _unexpected_error,
         },
     )
+    app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect
+    return app
 
 
 def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None) -> Starlette:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from starlette.requests import Request
 
-from runtime.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable
+from runtime.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable, Unsupported
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 120.0
@@ -58,7 +58,7 @@ def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAU
         return body
     wbits = _WBITS_BY_ENCODING.get(encoding)
     if wbits is None:
-        raise InvalidArgument(f"unsupported Content-Encoding '{encoding[:32]}'")
+        raise Unsupported("Unsupported compression type")
     inflater = zlib.decompressobj(wbits)
     try:
         inflated = inflater.decompress(body, limit + 1)

@@ -11,14 +11,18 @@ from typing import Any
 
 import msgspec
 
-from runtime.datatypes import DATATYPES, array_from_buffer, array_to_buffer, for_input
+from runtime.datatypes import DATATYPES, array_to_buffer, for_input
 from runtime.errors import InvalidArgument, Unsupported
 from runtime.http.json_data import array_from_json, cut_out_arrays, dumps, json_fragment
+from runtime.shared_memory import require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+RAW_INPUT = "raw_input"  # the name Triton gives the one input of a raw binary request
+RESERVED_PREFIX = "triton_"
 _LARGE_HEADER = 1 << 20  # headers past this size have their large data arrays cut out before parsing
-_UNSUPPORTED_PARAMETERS = ("shared_memory_region", "classification")
+_UNSUPPORTED_PARAMETERS = ("classification",)
+_CONTENT_FIELDS = "'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'"
 
 
 class _Input(msgspec.Struct):
@@ -41,12 +45,12 @@ class _Message(msgspec.Struct):
     parameters: Any = None
 
 
-# Where msgspec's structural complaints point, and what we say instead.
+# Where msgspec's structural complaints point, and what we say instead (Triton's words).
 _STRUCTURE_ERRORS = (
-    ("$.inputs[", "each input must be a JSON object"),
-    ("$.inputs", "the request must have an 'inputs' list"),
-    ("$.outputs[", "each output must be a JSON object"),
-    ("$.outputs", "'outputs' must be a list"),
+    ("$.inputs[", f"Input must set only one of the following fields: {_CONTENT_FIELDS}. But no field is set"),
+    ("$.inputs", "Unable to parse 'inputs': attempt to access JSON non-array as array"),
+    ("$.outputs[", "Unable to parse 'name': attempt to access non-existing object member 'name'"),
+    ("$.outputs", "Unable to parse 'outputs': attempt to access JSON non-array as array"),
 )
 
 
@@ -84,6 +88,7 @@ def _parameters(parameters: Any, what: str) -> dict:
     for key in _UNSUPPORTED_PARAMETERS:
         if key in parameters:
             raise Unsupported(f"parameter '{key}' is not supported by this server")
+    require_no_regions(parameters)
     return parameters
 
 
@@ -95,25 +100,39 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
-    """Split a request body into its JSON header and binary section."""
+def _atoi(text: str) -> int:
+    """C's atoi: optional whitespace and sign, then the leading digits; 0 when there are none."""
+    stripped = text.lstrip(" \t\n\r\v\f")
+    sign, digits = (-1, stripped[1:]) if stripped[:1] == "-" else (1, stripped[1:] if stripped[:1] == "+" else stripped)
+    length = 0
+    while length < len(digits) and digits[length].isascii() and digits[length].isdigit():
+        length += 1
+    return sign * int(digits[:length]) if length else 0
+
+
+def header_size(body: bytes, header_length: str | None) -> int:
+    """How many leading bytes of the body are the JSON header (0: a raw binary request), as Triton reads it."""
     if header_length is None:
-        return body, memoryview(b"")
-    text = header_length.strip()
-    if not (text.isascii() and text.isdigit()):
-        raise InvalidArgument(f"{HEADER_LENGTH} must be a non-negative integer, got '{header_length[:32]}'")
-    length = int(text)
-    if length > len(body):
-        raise InvalidArgument(f"{HEADER_LENGTH} {length} is larger than the request body ({len(body)} bytes)")
-    view = memoryview(body)
-    return body[:length], view[length:]
+        return len(body)
+    value = _atoi(header_length)
+    if value < 0 or value > len(body):
+        raise InvalidArgument(f"inference header size should be in range (0, {len(body)}), got: {header_length[:32]}")
+    return value
 
 
 def decode_infer_request(
     body: bytes, header_length: str | None, model_name: str, model_version: str
 ) -> tuple[InferRequest, bool]:
-    """Decode a V2 infer request; returns it and whether outputs default to binary."""
-    header, binary = split_body(body, header_length)
+    """Decode a V2 infer request; returns it and whether outputs default to binary.
+
+    A header size of 0 (an empty body, or ``Inference-Header-Content-Length: 0``) makes a raw binary
+    request, as in Triton: the whole body is the data of the model's one input.
+    """
+    size = header_size(body, header_length)
+    if size == 0:
+        raw = InferTensor(RAW_INPUT, "", (), None, raw=memoryview(body))
+        return InferRequest(model_name=model_name, model_version=model_version, inputs=[raw], raw_input=True), True
+    header, binary = body[:size], memoryview(body)[size:]
     if len(header) > _LARGE_HEADER:
         light, spans = cut_out_arrays(header)
         if spans:
@@ -132,55 +151,63 @@ def _decode_header(
     spans = dict(spans)
     message = _decode_message(text)
     parameters = dict(_parameters(message.parameters, "request"))
+    if any(key.startswith(RESERVED_PREFIX) for key in parameters):  # Triton checks this over HTTP only
+        raise InvalidArgument(
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+        )
     binary_default = parameters.pop("binary_data_output", False)
     if not isinstance(binary_default, bool):
-        raise InvalidArgument("parameter 'binary_data_output' must be a boolean")
+        raise InvalidArgument("Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean")
     if not isinstance(message.id, str):
-        raise InvalidArgument("'id' must be a string")
+        raise InvalidArgument("Unable to parse 'id': attempt to access JSON non-string as string")
     if message.inputs is None:
-        raise InvalidArgument("the request must have an 'inputs' list")
+        raise InvalidArgument("Unable to parse 'inputs': attempt to access non-existing object member 'inputs'")
     inputs: list[InferTensor] = []
     offset = 0
     for raw in message.inputs:
+        input_parameters = _parameters(raw.parameters, "input")
+        fields = [present for present in (len(raw.data) > 0, "binary_data_size" in input_parameters,
+                                          "shared_memory_region" in input_parameters) if present]
+        if len(fields) != 1:
+            raise InvalidArgument(f"Input must set only one of the following fields: {_CONTENT_FIELDS}. But "
+                                  f"{'no field is' if not fields else 'more than one field is'} set")
         name = raw.name
         if not isinstance(name, str) or not name:
-            raise InvalidArgument("each input must have a 'name' string")
+            raise InvalidArgument("Unable to parse 'name': attempt to access JSON non-string as string")
         datatype = raw.datatype
         if not isinstance(datatype, str):
             raise InvalidArgument(f"input '{name}': 'datatype' must be a string")
         if datatype not in DATATYPES:
-            raise InvalidArgument(f"input '{name}': unsupported datatype '{datatype[:32]}'")
+            raise InvalidArgument(f"invalid datatype for input {name}")
         shape = _shape(raw.shape, name)
-        input_parameters = _parameters(raw.parameters, f"input '{name}'")
         size = input_parameters.get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise InvalidArgument(f"input '{name}': binary_data_size must be a non-negative integer")
             if offset + size > len(binary):
-                raise InvalidArgument(
-                    f"input '{name}': binary_data_size {size} runs past the end of the binary data "
-                    f"({len(binary) - offset} bytes left)"
-                )
-            data = for_input(name, array_from_buffer, datatype, shape, binary[offset : offset + size])
+                raise InvalidArgument(f"unexpected size for input '{name}', expecting {offset + size - len(binary)} "
+                                      f"additional bytes for model '{model_name}'")
+            inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=None,
+                                      raw=binary[offset : offset + size]))
             offset += size
-        elif (span := spans.pop(bytes(raw.data), None)) is not None:
+            continue
+        if 0 in shape:  # no elements: like Triton, read no data and let the model's shape decide
+            inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=None, raw=b""))
+            continue
+        if (span := spans.pop(bytes(raw.data), None)) is not None:
             data = for_input(name, array_from_json, datatype, shape, header, *span)
-        elif len(raw.data):
-            data = for_input(name, array_from_json, datatype, shape, bytes(raw.data))
         else:
-            raise InvalidArgument(f"input '{name}' has neither 'data' nor 'binary_data_size'")
+            data = for_input(name, array_from_json, datatype, shape, bytes(raw.data))
         inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=data))
     if offset != len(binary):
-        raise InvalidArgument(
-            f"the binary data holds {len(binary)} bytes but the inputs' binary_data_size add up to {offset}"
-        )
+        raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
     if spans:
         return None
     outputs = []
     for raw in message.outputs or ():
         name = raw.name
         if not isinstance(name, str) or not name:
-            raise InvalidArgument("each output must have a 'name' string")
+            raise InvalidArgument("Unable to parse 'name': attempt to access JSON non-string as string")
         output_parameters = _parameters(raw.parameters, f"output '{name}'")
         if not isinstance(output_parameters.get("binary_data", False), bool):
             raise InvalidArgument(f"output '{name}': binary_data must be a boolean")

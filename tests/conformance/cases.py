@@ -1,0 +1,392 @@
+"""The calls the conformance suite sends to both servers (repository: ``models.py``)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+from tests.conformance.harness import GrpcCase, HttpCase, drop, each, replace_at, sort_list
+
+A = [1.0, 2.0, 3.0, 4.0]
+B = [1.0, 1.0, 1.0, 1.0]
+
+
+def tensor(name: str, data, datatype: str = "FP32", shape=None, **extra) -> dict:
+    shape = shape if shape is not None else [len(data)]
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data, **extra}
+
+
+def add_sub(a=A, b=B, datatype: str = "FP32", shape=None, **extra) -> dict:
+    return {"inputs": [tensor("INPUT0", a, datatype, shape), tensor("INPUT1", b, datatype, shape)], **extra}
+
+
+def binary_body(inputs: list[tuple[str, str, list[int], bytes]], outputs: list[dict] | None = None,
+                parameters: dict | None = None, sizes: list[int] | None = None) -> tuple[bytes, dict]:
+    header: dict = {"inputs": [{"name": n, "datatype": d, "shape": s,
+                                "parameters": {"binary_data_size": len(raw) if sizes is None else sizes[i]}}
+                               for i, (n, d, s, raw) in enumerate(inputs)]}
+    if outputs is not None:
+        header["outputs"] = outputs
+    if parameters is not None:
+        header["parameters"] = parameters
+    text = json.dumps(header).encode()
+    return text + b"".join(raw for *_, raw in inputs), {"Inference-Header-Content-Length": str(len(text))}
+
+
+def fp32(values) -> bytes:
+    return np.asarray(values, dtype=np.float32).tobytes()
+
+
+def bytes_tensor(items: list[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
+def infer(name: str, model: str, body, headers: dict | None = None, normalize=None, version: str = "") -> HttpCase:
+    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
+    return HttpCase(name, "POST", path, body, headers or {}, normalize)
+
+
+SERVER_METADATA = drop("body.version")  # ours carries our own version
+STATS = each(
+    replace_at("body.model_stats.*.last_inference", "<ms>"),
+    replace_at("body.model_stats.*.inference_stats.*.ns", "<ns>"),
+    replace_at("body.model_stats.*.batch_stats.*.compute_input.ns", "<ns>"),
+    replace_at("body.model_stats.*.batch_stats.*.compute_infer.ns", "<ns>"),
+    replace_at("body.model_stats.*.batch_stats.*.compute_output.ns", "<ns>"),
+    replace_at("body.model_stats.*.response_stats.*.*.ns", "<ns>"),
+)
+# Counts of models other suites' cases also call depend on the order cases run in: compare the shape only.
+STATS_SHAPE = each(STATS, replace_at("body.model_stats.*.inference_count", "<n>"),
+                   replace_at("body.model_stats.*.execution_count", "<n>"),
+                   replace_at("body.model_stats.*.last_inference", "<ms>"),
+                   replace_at("body.model_stats.*.inference_stats.*.count", "<n>"),
+                   replace_at("body.model_stats.*.batch_stats", "<batches>"),
+                   replace_at("body.model_stats.*.response_stats", "<responses>"))
+INDEX = sort_list("body")
+
+good_binary, good_binary_headers = binary_body([("INPUT0", "FP32", [4], fp32(A)), ("INPUT1", "FP32", [4], fp32(B))])
+binary_json_out, binary_json_out_headers = binary_body(
+    [("INPUT0", "FP32", [4], fp32(A)), ("INPUT1", "FP32", [4], fp32(B))],
+    outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": False}}])
+binary_out, binary_out_headers = binary_body(
+    [("INPUT0", "FP32", [4], fp32(A)), ("INPUT1", "FP32", [4], fp32(B))],
+    outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": True}}, {"name": "OUTPUT1"}])
+short_binary, short_binary_headers = binary_body(
+    [("INPUT0", "FP32", [4], fp32(A)[:12]), ("INPUT1", "FP32", [4], fp32(B))])
+wrong_sizes, wrong_sizes_headers = binary_body(
+    [("INPUT0", "FP32", [4], fp32(A)), ("INPUT1", "FP32", [4], fp32(B))], sizes=[16, 20])
+text_binary, text_binary_headers = binary_body([("TEXT", "BYTES", [2], bytes_tensor([b"hello", b"world"]))],
+                                               parameters={"binary_data_output": True})
+text_truncated, text_truncated_headers = binary_body([("TEXT", "BYTES", [2], bytes_tensor([b"hello", b"world"])[:-2])])
+int_binary, int_binary_headers = binary_body([("INPUT0", "INT32", [4], np.arange(4, dtype=np.int32).tobytes()),
+                                             ("INPUT1", "INT32", [4], np.ones(4, dtype=np.int32).tobytes())],
+                                            parameters={"binary_data_output": True})
+
+HTTP_CASES: list[HttpCase] = [
+    # -- health, server metadata ---------------------------------------------------------------
+    HttpCase("http-live", "GET", "/v2/health/live"),
+    HttpCase("http-ready-with-failed-models", "GET", "/v2/health/ready"),
+    HttpCase("http-server-metadata", "GET", "/v2", normalize=SERVER_METADATA),
+    HttpCase("http-live-post", "POST", "/v2/health/live"),
+    # -- model metadata -------------------------------------------------------------------------
+    HttpCase("http-metadata", "GET", "/v2/models/add_sub"),
+    HttpCase("http-metadata-version", "GET", "/v2/models/add_sub/versions/1"),
+    HttpCase("http-metadata-batched", "GET", "/v2/models/batched"),
+    HttpCase("http-metadata-bytes", "GET", "/v2/models/text"),
+    HttpCase("http-metadata-all-versions", "GET", "/v2/models/versions_all"),
+    HttpCase("http-metadata-one-of-several-versions", "GET", "/v2/models/versions_all/versions/2"),
+    HttpCase("http-metadata-latest-two", "GET", "/v2/models/versions_latest"),
+    HttpCase("http-metadata-version-not-loaded", "GET", "/v2/models/versions_latest/versions/1"),
+    HttpCase("http-metadata-version-not-on-disk", "GET", "/v2/models/add_sub/versions/7"),
+    HttpCase("http-metadata-version-not-a-number", "GET", "/v2/models/add_sub/versions/abc"),
+    HttpCase("http-metadata-unknown-model", "GET", "/v2/models/nonexistent"),
+    HttpCase("http-metadata-failed-initialize", "GET", "/v2/models/init_raises"),
+    HttpCase("http-metadata-syntax-error", "GET", "/v2/models/syntax_error"),
+    HttpCase("http-metadata-bad-config", "GET", "/v2/models/bad_config"),
+    HttpCase("http-metadata-trailing-slash", "GET", "/v2/models/add_sub/"),
+    HttpCase("http-metadata-path-traversal", "GET", "/v2/models/..%2F..%2Fetc%2Fpasswd"),
+    # -- readiness --------------------------------------------------------------------------------
+    HttpCase("http-model-ready", "GET", "/v2/models/add_sub/ready"),
+    HttpCase("http-model-ready-version", "GET", "/v2/models/versions_all/versions/1/ready"),
+    HttpCase("http-model-ready-version-not-loaded", "GET", "/v2/models/versions_specific/versions/2/ready"),
+    HttpCase("http-model-ready-failed", "GET", "/v2/models/init_raises/ready"),
+    HttpCase("http-model-ready-unknown", "GET", "/v2/models/nonexistent/ready"),
+    HttpCase("http-model-ready-bad-config", "GET", "/v2/models/bad_config/ready"),
+    # -- config -----------------------------------------------------------------------------------
+    HttpCase("http-config", "GET", "/v2/models/add_sub/config"),
+    HttpCase("http-config-batched", "GET", "/v2/models/batched/config"),
+    HttpCase("http-config-bytes", "GET", "/v2/models/text/config"),
+    HttpCase("http-config-versions", "GET", "/v2/models/versions_latest/config"),
+    HttpCase("http-config-default-policy", "GET", "/v2/models/versions_default/config"),
+    HttpCase("http-config-specific-version", "GET", "/v2/models/versions_specific/versions/3/config"),
+    HttpCase("http-config-unknown", "GET", "/v2/models/nonexistent/config"),
+    HttpCase("http-config-failed", "GET", "/v2/models/init_raises/config"),
+    # -- repository index ---------------------------------------------------------------------------
+    HttpCase("http-index", "POST", "/v2/repository/index", normalize=INDEX),
+    HttpCase("http-index-ready", "POST", "/v2/repository/index", {"ready": True}, normalize=INDEX),
+    HttpCase("http-index-not-ready", "POST", "/v2/repository/index", {"ready": False}, normalize=INDEX),
+    HttpCase("http-index-bad-json", "POST", "/v2/repository/index", b"{oops"),
+    HttpCase("http-index-get", "GET", "/v2/repository/index"),
+    # -- infer: JSON --------------------------------------------------------------------------------
+    infer("http-infer-json", "add_sub", add_sub()),
+    infer("http-infer-json-int32", "add_sub_int", add_sub([1, 2, 3, 4], [1, 1, 1, 1], "INT32")),
+    infer("http-infer-json-nested-data", "add_sub", add_sub([[1.0, 2.0], [3.0, 4.0]], B)),
+    infer("http-infer-json-id", "add_sub", add_sub(id="request-7")),
+    infer("http-infer-json-one-output", "add_sub", add_sub(outputs=[{"name": "OUTPUT1"}])),
+    infer("http-infer-json-outputs-reordered", "add_sub", add_sub(outputs=[{"name": "OUTPUT1"}, {"name": "OUTPUT0"}])),
+    infer("http-infer-json-custom-parameter", "add_sub", add_sub(parameters={"custom": "x", "n": 3})),
+    infer("http-infer-json-binary-output", "add_sub", add_sub(parameters={"binary_data_output": True})),
+    infer("http-infer-json-output-binary-flag", "add_sub",
+          add_sub(outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": True}}])),
+    infer("http-infer-version", "versions_all", {"inputs": [tensor("IN", [1.0])]}, version="1"),
+    infer("http-infer-default-version", "versions_latest", {"inputs": [tensor("IN", [1.0])]}),
+    infer("http-infer-version-not-loaded", "versions_latest", {"inputs": [tensor("IN", [1.0])]}, version="1"),
+    infer("http-infer-batched", "batched", add_sub([A, A], [B, B], shape=[2, 4])),
+    infer("http-infer-batched-too-large", "batched", add_sub([A] * 9, [B] * 9, shape=[9, 4])),
+    infer("http-infer-batched-missing-batch-dim", "batched", add_sub()),
+    infer("http-infer-bytes-json", "text", {"inputs": [tensor("TEXT", ["hello", "world"], "BYTES")]}),
+    infer("http-infer-bytes-empty-strings", "text", {"inputs": [tensor("TEXT", ["", "a"], "BYTES")]}),
+    infer("http-infer-error-response", "error_response", {"inputs": [tensor("IN", [1.0])]}),
+    infer("http-infer-execute-raises", "raising", {"inputs": [tensor("IN", [1.0])]}),
+    infer("http-infer-failed-model", "init_raises", {"inputs": [tensor("IN", [1.0])]}),
+    infer("http-infer-unknown-model", "nonexistent", {"inputs": [tensor("IN", [1.0])]}),
+    infer("http-infer-unknown-model-garbage-body", "nonexistent", b"\x00garbage"),
+    # -- infer: binary --------------------------------------------------------------------------------
+    infer("http-infer-binary", "add_sub", good_binary, good_binary_headers),
+    infer("http-infer-binary-json-output", "add_sub", binary_json_out, binary_json_out_headers),
+    infer("http-infer-binary-outputs", "add_sub", binary_out, binary_out_headers),
+    infer("http-infer-binary-int32", "add_sub_int", int_binary, int_binary_headers),
+    infer("http-infer-binary-bytes", "text", text_binary, text_binary_headers),
+    infer("http-infer-binary-short-tensor", "add_sub", short_binary, short_binary_headers),
+    infer("http-infer-binary-sizes-do-not-add-up", "add_sub", wrong_sizes, wrong_sizes_headers),
+    infer("http-infer-binary-bytes-truncated", "text", text_truncated, text_truncated_headers),
+    infer("http-infer-header-length-too-large", "add_sub", good_binary,
+          {"Inference-Header-Content-Length": "100000"}),
+    infer("http-infer-header-length-negative", "add_sub", good_binary, {"Inference-Header-Content-Length": "-5"}),
+    infer("http-infer-header-length-not-a-number", "add_sub", good_binary, {"Inference-Header-Content-Length": "x"}),
+    infer("http-infer-gzip", "add_sub", gzip.compress(json.dumps(add_sub()).encode()), {"Content-Encoding": "gzip"}),
+    infer("http-infer-gzip-accept", "add_sub", add_sub(), {"Accept-Encoding": "gzip"},
+          normalize=drop("body")),
+    infer("http-infer-unsupported-encoding", "add_sub", add_sub(), {"Content-Encoding": "br"}),
+    # -- infer: bad input -----------------------------------------------------------------------------
+    infer("http-infer-malformed-json", "add_sub", b"{not json"),
+    infer("http-infer-empty-body", "add_sub", b""),
+    infer("http-infer-json-array-body", "add_sub", b"[1, 2]"),
+    infer("http-infer-inputs-not-a-list", "add_sub", {"inputs": 5}),
+    infer("http-infer-input-not-an-object", "add_sub", {"inputs": [5]}),
+    infer("http-infer-no-inputs", "add_sub", {"inputs": []}),
+    infer("http-infer-missing-input", "add_sub", {"inputs": [tensor("INPUT0", A)]}),
+    infer("http-infer-unexpected-input", "add_sub", {"inputs": [tensor("INPUT0", A), tensor("INPUT1", B),
+                                                                tensor("EXTRA", B)]}),
+    infer("http-infer-duplicate-input", "add_sub", {"inputs": [tensor("INPUT0", A), tensor("INPUT0", A)]}),
+    infer("http-infer-wrong-shape", "add_sub", add_sub([1.0, 2.0, 3.0], [1.0, 1.0, 1.0])),
+    infer("http-infer-wrong-rank", "add_sub", add_sub([A], [B], shape=[1, 4])),
+    infer("http-infer-wrong-datatype", "add_sub", add_sub([1, 2, 3, 4], [1, 1, 1, 1], "INT32")),
+    infer("http-infer-unknown-datatype", "add_sub", add_sub(datatype="FP128")),
+    infer("http-infer-datatype-not-a-string", "add_sub", {"inputs": [tensor("INPUT0", A, ["FP32"]),
+                                                                      tensor("INPUT1", B)]}),
+    infer("http-infer-too-few-elements", "add_sub", {"inputs": [tensor("INPUT0", A[:3], shape=[4]),
+                                                                 tensor("INPUT1", B)]}),
+    infer("http-infer-too-many-elements", "add_sub", {"inputs": [tensor("INPUT0", A + [5.0], shape=[4]),
+                                                                  tensor("INPUT1", B)]}),
+    infer("http-infer-strings-for-fp32", "add_sub", add_sub(["a", "b", "c", "d"])),
+    infer("http-infer-bools-for-fp32", "add_sub", add_sub([True, False, True, False])),
+    infer("http-infer-int-out-of-range", "add_sub_int", add_sub([2**40, 1, 1, 1], [1, 1, 1, 1], "INT32")),
+    infer("http-infer-negative-dimension", "add_sub", add_sub(shape=[-4])),
+    infer("http-infer-huge-dimension", "add_sub", add_sub(shape=[0, 2**62])),
+    infer("http-infer-no-name", "add_sub", {"inputs": [{"datatype": "FP32", "shape": [4], "data": A}]}),
+    infer("http-infer-no-data", "add_sub", {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [4]},
+                                                       tensor("INPUT1", B)]}),
+    infer("http-infer-unknown-output", "add_sub", add_sub(outputs=[{"name": "NOPE"}])),
+    infer("http-infer-output-requested-twice", "add_sub", add_sub(outputs=[{"name": "OUTPUT0"},
+                                                                           {"name": "OUTPUT0"}])),
+    infer("http-infer-id-not-a-string", "add_sub", add_sub(id=7)),
+    infer("http-infer-parameters-not-an-object", "add_sub", add_sub(parameters=[1])),
+    infer("http-infer-reserved-parameter", "add_sub", add_sub(parameters={"triton_enable_empty_final_response":
+                                                                          True})),
+    infer("http-infer-timeout-parameter", "add_sub", add_sub(parameters={"timeout": 1000000})),
+    infer("http-infer-priority-parameter", "add_sub", add_sub(parameters={"priority": 1})),
+    infer("http-infer-classification", "add_sub", add_sub(outputs=[{"name": "OUTPUT0",
+                                                                    "parameters": {"classification": 2}}])),
+    infer("http-infer-shared-memory-input", "add_sub", {"inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [4], "parameters": {
+            "shared_memory_region": "nope", "shared_memory_byte_size": 16}}, tensor("INPUT1", B)]}),
+    HttpCase("http-infer-get", "GET", "/v2/models/add_sub/infer"),
+    # -- statistics --------------------------------------------------------------------------------------
+    HttpCase("http-stats-model", "GET", "/v2/models/add_sub/stats", normalize=STATS_SHAPE),
+    HttpCase("http-stats-version", "GET", "/v2/models/versions_all/versions/2/stats", normalize=STATS_SHAPE),
+    HttpCase("http-stats-unknown-model", "GET", "/v2/models/nonexistent/stats"),
+    HttpCase("http-stats-failed-model", "GET", "/v2/models/init_raises/stats"),
+    HttpCase("http-stats-version-not-loaded", "GET", "/v2/models/versions_latest/versions/1/stats"),
+    # -- model control with control mode none ------------------------------------------------------------
+    HttpCase("http-load-without-explicit-mode", "POST", "/v2/repository/models/add_sub/load"),
+    HttpCase("http-unload-without-explicit-mode", "POST", "/v2/repository/models/add_sub/unload"),
+    # -- routes and extensions -----------------------------------------------------------------------------
+    HttpCase("http-unknown-route", "GET", "/v2/nothing/here"),
+    HttpCase("http-root", "GET", "/"),
+    HttpCase("http-logging", "GET", "/v2/logging"),
+    HttpCase("http-trace-setting", "GET", "/v2/trace/setting"),
+    HttpCase("http-system-shared-memory-status", "GET", "/v2/systemsharedmemory/status"),
+    HttpCase("http-cuda-shared-memory-status", "GET", "/v2/cudasharedmemory/status"),
+]
+
+
+def grpc_add_sub(model: str = "add_sub", version: str = "", raw: bool = True, a=A, b=B, datatype: str = "FP32",
+                 shape=(4,), outputs: tuple[str, ...] = (), request_id: str = "",
+                 parameters: dict | None = None) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version, id=request_id)
+    dtype = {"FP32": np.float32, "INT32": np.int32}.get(datatype, np.float32)
+    for name, values in (("INPUT0", a), ("INPUT1", b)):
+        tensor_message = request.inputs.add(name=name, datatype=datatype, shape=list(shape))
+        if raw:
+            request.raw_input_contents.append(np.asarray(values, dtype=dtype).tobytes())
+        elif datatype == "FP32":
+            tensor_message.contents.fp32_contents.extend(values)
+        else:
+            tensor_message.contents.int_contents.extend(int(v) for v in values)
+    for name in outputs:
+        request.outputs.add(name=name)
+    for key, value in (parameters or {}).items():
+        if isinstance(value, bool):
+            request.parameters[key].bool_param = value
+        elif isinstance(value, int):
+            request.parameters[key].int64_param = value
+        else:
+            request.parameters[key].string_param = value
+    return request
+
+
+def grpc_one(model: str, version: str = "", value: float = 1.0) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
+    request.inputs.add(name="IN", datatype="FP32", shape=[1])
+    request.raw_input_contents.append(np.asarray([value], dtype=np.float32).tobytes())
+    return request
+
+
+def grpc_text(items: list[bytes], typed: bool = False) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="text")
+    tensor_message = request.inputs.add(name="TEXT", datatype="BYTES", shape=[len(items)])
+    if typed:
+        tensor_message.contents.bytes_contents.extend(items)
+    else:
+        request.raw_input_contents.append(bytes_tensor(items))
+    return request
+
+
+GRPC_STATS = each(
+    replace_at("response.model_stats.*.last_inference", "<ms>"),
+    replace_at("response.model_stats.*.inference_stats.*.ns", "<ns>"),
+    replace_at("response.model_stats.*.inference_count", "<n>"),
+    replace_at("response.model_stats.*.execution_count", "<n>"),
+    replace_at("response.model_stats.*.inference_stats.*.count", "<n>"),
+    replace_at("response.model_stats.*.batch_stats", "<batches>"),
+    replace_at("response.model_stats.*.response_stats", "<responses>"),
+)
+GRPC_INDEX = sort_list("response.models")
+wrong_raw_count = grpc_add_sub()
+del wrong_raw_count.raw_input_contents[1]
+both_contents = grpc_add_sub()
+both_contents.inputs[0].contents.fp32_contents.extend(A)
+bad_raw_size = grpc_add_sub()
+bad_raw_size.raw_input_contents[0] = b"\x00" * 3
+no_contents = service_pb2.ModelInferRequest(model_name="add_sub")
+no_contents.inputs.add(name="INPUT0", datatype="FP32", shape=[4])
+no_contents.inputs.add(name="INPUT1", datatype="FP32", shape=[4])
+
+GRPC_CASES: list[GrpcCase] = [
+    GrpcCase("grpc-live", "ServerLive", service_pb2.ServerLiveRequest()),
+    GrpcCase("grpc-ready-with-failed-models", "ServerReady", service_pb2.ServerReadyRequest()),
+    GrpcCase("grpc-server-metadata", "ServerMetadata", service_pb2.ServerMetadataRequest(),
+             normalize=drop("response.version")),
+    GrpcCase("grpc-model-ready", "ModelReady", service_pb2.ModelReadyRequest(name="add_sub")),
+    GrpcCase("grpc-model-ready-version", "ModelReady", service_pb2.ModelReadyRequest(name="versions_all",
+                                                                                     version="2")),
+    GrpcCase("grpc-model-ready-not-loaded", "ModelReady", service_pb2.ModelReadyRequest(name="versions_latest",
+                                                                                        version="1")),
+    GrpcCase("grpc-model-ready-failed", "ModelReady", service_pb2.ModelReadyRequest(name="init_raises")),
+    GrpcCase("grpc-model-ready-unknown", "ModelReady", service_pb2.ModelReadyRequest(name="nonexistent")),
+    GrpcCase("grpc-model-ready-version-not-a-number", "ModelReady",
+             service_pb2.ModelReadyRequest(name="add_sub", version="abc")),
+    GrpcCase("grpc-metadata", "ModelMetadata", service_pb2.ModelMetadataRequest(name="add_sub")),
+    GrpcCase("grpc-metadata-batched", "ModelMetadata", service_pb2.ModelMetadataRequest(name="batched")),
+    GrpcCase("grpc-metadata-versions", "ModelMetadata", service_pb2.ModelMetadataRequest(name="versions_all")),
+    GrpcCase("grpc-metadata-one-version", "ModelMetadata",
+             service_pb2.ModelMetadataRequest(name="versions_all", version="1")),
+    GrpcCase("grpc-metadata-unknown", "ModelMetadata", service_pb2.ModelMetadataRequest(name="nonexistent")),
+    GrpcCase("grpc-metadata-failed", "ModelMetadata", service_pb2.ModelMetadataRequest(name="init_raises")),
+    GrpcCase("grpc-metadata-version-not-a-number", "ModelMetadata",
+             service_pb2.ModelMetadataRequest(name="add_sub", version="abc")),
+    GrpcCase("grpc-metadata-version-not-loaded", "ModelMetadata",
+             service_pb2.ModelMetadataRequest(name="versions_latest", version="1")),
+    GrpcCase("grpc-config", "ModelConfig", service_pb2.ModelConfigRequest(name="add_sub")),
+    GrpcCase("grpc-config-batched", "ModelConfig", service_pb2.ModelConfigRequest(name="batched")),
+    GrpcCase("grpc-config-bytes", "ModelConfig", service_pb2.ModelConfigRequest(name="text")),
+    GrpcCase("grpc-config-unknown", "ModelConfig", service_pb2.ModelConfigRequest(name="nonexistent")),
+    GrpcCase("grpc-config-failed", "ModelConfig", service_pb2.ModelConfigRequest(name="init_raises")),
+    GrpcCase("grpc-index", "RepositoryIndex", service_pb2.RepositoryIndexRequest(), normalize=GRPC_INDEX),
+    GrpcCase("grpc-index-ready", "RepositoryIndex", service_pb2.RepositoryIndexRequest(ready=True),
+             normalize=GRPC_INDEX),
+    GrpcCase("grpc-index-other-repository", "RepositoryIndex",
+             service_pb2.RepositoryIndexRequest(repository_name="elsewhere")),
+    GrpcCase("grpc-infer-raw", "ModelInfer", grpc_add_sub()),
+    GrpcCase("grpc-infer-typed", "ModelInfer", grpc_add_sub(raw=False)),
+    GrpcCase("grpc-infer-typed-int32", "ModelInfer", grpc_add_sub("add_sub_int", raw=False, a=[1, 2, 3, 4],
+                                                                  b=[1, 1, 1, 1], datatype="INT32")),
+    GrpcCase("grpc-infer-id", "ModelInfer", grpc_add_sub(request_id="req-1")),
+    GrpcCase("grpc-infer-one-output", "ModelInfer", grpc_add_sub(outputs=("OUTPUT1",))),
+    GrpcCase("grpc-infer-custom-parameter", "ModelInfer", grpc_add_sub(parameters={"custom": "x"})),
+    GrpcCase("grpc-infer-version", "ModelInfer", grpc_one("versions_all", "1")),
+    GrpcCase("grpc-infer-default-version", "ModelInfer", grpc_one("versions_latest")),
+    GrpcCase("grpc-infer-version-not-loaded", "ModelInfer", grpc_one("versions_latest", "1")),
+    GrpcCase("grpc-infer-version-not-a-number", "ModelInfer", grpc_one("add_sub", "abc")),
+    GrpcCase("grpc-infer-batched", "ModelInfer", grpc_add_sub("batched", a=A + A, b=B + B, shape=(2, 4))),
+    GrpcCase("grpc-infer-batched-too-large", "ModelInfer", grpc_add_sub("batched", a=A * 9, b=B * 9,
+                                                                        shape=(9, 4))),
+    GrpcCase("grpc-infer-bytes-raw", "ModelInfer", grpc_text([b"hello", b"world"])),
+    GrpcCase("grpc-infer-bytes-typed", "ModelInfer", grpc_text([b"hello", b"world"], typed=True)),
+    GrpcCase("grpc-infer-error-response", "ModelInfer", grpc_one("error_response")),
+    GrpcCase("grpc-infer-execute-raises", "ModelInfer", grpc_one("raising")),
+    GrpcCase("grpc-infer-failed-model", "ModelInfer", grpc_one("init_raises")),
+    GrpcCase("grpc-infer-unknown-model", "ModelInfer", grpc_one("nonexistent")),
+    GrpcCase("grpc-infer-wrong-shape", "ModelInfer", grpc_add_sub(a=A[:3], b=B[:3], shape=(3,))),
+    GrpcCase("grpc-infer-wrong-datatype", "ModelInfer", grpc_add_sub(datatype="INT32", a=[1, 2, 3, 4],
+                                                                     b=[1, 1, 1, 1])),
+    GrpcCase("grpc-infer-unknown-datatype", "ModelInfer", grpc_add_sub(datatype="FP128")),
+    GrpcCase("grpc-infer-raw-count-mismatch", "ModelInfer", wrong_raw_count),
+    GrpcCase("grpc-infer-raw-and-typed", "ModelInfer", both_contents),
+    GrpcCase("grpc-infer-raw-size-mismatch", "ModelInfer", bad_raw_size),
+    GrpcCase("grpc-infer-no-contents", "ModelInfer", no_contents),
+    GrpcCase("grpc-infer-typed-count-mismatch", "ModelInfer", grpc_add_sub(raw=False, a=A[:3])),
+    GrpcCase("grpc-infer-negative-dimension", "ModelInfer", grpc_add_sub(shape=(-4,))),
+    GrpcCase("grpc-infer-huge-dimension", "ModelInfer", grpc_add_sub(shape=(0, 2**62))),
+    GrpcCase("grpc-infer-missing-input", "ModelInfer", grpc_one("add_sub")),
+    GrpcCase("grpc-infer-unknown-output", "ModelInfer", grpc_add_sub(outputs=("NOPE",))),
+    GrpcCase("grpc-infer-reserved-parameter", "ModelInfer",
+             grpc_add_sub(parameters={"triton_enable_empty_final_response": True})),
+    GrpcCase("grpc-infer-sequence-id-on-plain-model", "ModelInfer", grpc_add_sub(parameters={"sequence_id": 5})),
+    GrpcCase("grpc-stats-model", "ModelStatistics", service_pb2.ModelStatisticsRequest(name="add_sub"),
+             normalize=GRPC_STATS),
+    GrpcCase("grpc-stats-unknown", "ModelStatistics", service_pb2.ModelStatisticsRequest(name="nonexistent")),
+    GrpcCase("grpc-stats-version-not-a-number", "ModelStatistics",
+             service_pb2.ModelStatisticsRequest(name="add_sub", version="abc")),
+    GrpcCase("grpc-load-without-explicit-mode", "RepositoryModelLoad",
+             service_pb2.RepositoryModelLoadRequest(model_name="add_sub")),
+    GrpcCase("grpc-unload-without-explicit-mode", "RepositoryModelUnload",
+             service_pb2.RepositoryModelUnloadRequest(model_name="add_sub")),
+    GrpcCase("grpc-stream-two-requests", "ModelStreamInfer", [grpc_add_sub(request_id="a"),
+                                                              grpc_add_sub(request_id="b", a=B, b=A)]),
+    GrpcCase("grpc-stream-error-then-success", "ModelStreamInfer", [grpc_one("nonexistent"),
+                                                                    grpc_add_sub(request_id="ok")]),
+    GrpcCase("grpc-stream-bad-request", "ModelStreamInfer", [grpc_add_sub(a=A[:3], b=B[:3], shape=(3,))]),
+    GrpcCase("grpc-stream-execute-raises", "ModelStreamInfer", [grpc_one("raising")]),
+    GrpcCase("grpc-log-settings", "LogSettings", service_pb2.LogSettingsRequest()),
+    GrpcCase("grpc-trace-setting", "TraceSetting", service_pb2.TraceSettingRequest()),
+    GrpcCase("grpc-system-shared-memory-status", "SystemSharedMemoryStatus",
+             service_pb2.SystemSharedMemoryStatusRequest()),
+    GrpcCase("grpc-cuda-shared-memory-status", "CudaSharedMemoryStatus",
+             service_pb2.CudaSharedMemoryStatusRequest()),
+]
