@@ -77,6 +77,7 @@ class QueuePolicy:
     max_queue_size: int = 0  # 0: unbounded in Triton; we apply a server default
     default_timeout_microseconds: int = 0
     timeout_action: str = "REJECT"
+    allow_timeout_override: bool = False
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ def _dynamic_batching(config: ModelConfig) -> DynamicBatchingSpec | None:
             max_queue_size=policy.max_queue_size,
             default_timeout_microseconds=policy.default_timeout_microseconds,
             timeout_action=model_config_pb2.ModelQueuePolicy.TimeoutAction.Name(policy.timeout_action),
+            allow_timeout_override=policy.allow_timeout_override,
         ),
     )
 
@@ -233,6 +235,22 @@ def parse_model_config(text: str, folder_name: str, gpu_count: int = 0) -> Model
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
         raise ModelLoadError(f"model '{folder_name}': config.pbtxt syntax error: {exc}") from None
+    return spec_from_config(config, folder_name, gpu_count)
+
+
+def parse_model_config_json(text: str, folder_name: str, gpu_count: int = 0) -> ModelSpec:
+    """A config given as JSON (Triton's load ``config`` parameter, which replaces config.pbtxt)."""
+    config = ModelConfig()
+    try:
+        json_format.Parse(text, config)
+    except json_format.ParseError as exc:
+        raise ModelLoadError(f"model '{folder_name}': the 'config' parameter is not a valid model config: "
+                             f"{str(exc)[:512]}") from None
+    return spec_from_config(config, folder_name, gpu_count)
+
+
+def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) -> ModelSpec:
+    """Check a model config, fill in what Triton fills in, and type it."""
     if config.name and config.name != folder_name:
         raise ModelLoadError(
             f"model '{folder_name}': config name '{config.name}' does not match its folder name"

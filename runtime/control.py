@@ -117,20 +117,32 @@ class ModelControl:
             )
 
     async def load(self, name: str, parameters: dict | None = None) -> None:
-        """Explicit mode: (re)load a model of the repository by name; raises if it does not become ready."""
+        """Explicit mode: (re)load a model of the repository by name, in Triton's words when it fails.
+
+        A ``config`` parameter (a JSON model config) replaces its config.pbtxt for this load; files are
+        never taken from the request."""
         self._require_explicit()
-        self._check_request(name, parameters or {})
+        parameters = parameters or {}
+        self._check_request(name, parameters, allowed=("config",))
+        override = parameters.get("config")
+        if override is not None and not isinstance(override, str):
+            raise InvalidArgument("parameter 'config' must be a string holding the model config as JSON")
         await self.refresh(name)
-        self.manager.require_known(name)
-        entry = await self.manager.load_model(name)
-        if not entry.ready_versions() or entry.reason:
-            reason = entry.reason or "; ".join(
-                f"version {v}: {m.status()[1]}" for v, m in sorted(entry.versions.items()) if not m.ready
-            )
-            raise InvalidArgument(f"failed to load '{name}': {reason or 'no version became ready'}")
+        unknown = f"failed to load '{name}', failed to poll from model repository"
+        try:
+            self.manager.require_known(name)
+        except InvalidArgument:
+            raise InvalidArgument(unknown) from None
+        entry = await self.manager.load_model(name, override)
+        if entry.config_error:
+            raise InvalidArgument(f"{unknown}: {entry.config_error}")
+        if entry.version_errors:
+            reasons = "".join(f"version {v} is at UNAVAILABLE state: {reason};\n"
+                              for v, reason in sorted(entry.version_errors.items()))
+            raise InvalidArgument(f"load failed for model '{name}': {reasons}")
 
     async def unload(self, name: str, parameters: dict | None = None) -> None:
-        """Explicit mode: drain and unload every version of a model."""
+        """Explicit mode: drain and unload every version of a model (a model not loaded: nothing to do)."""
         self._require_explicit()
         self._check_request(name, parameters or {}, allowed=("unload_dependents",))
         await self.manager.unload_model(name)

@@ -10,15 +10,14 @@ import time
 from dataclasses import dataclass, field
 
 from handlers import HandlerContext
-from runtime.config import ModelSpec
+from runtime.config import ModelSpec, parse_model_config_json
 from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
-from runtime.model import ModelState, ModelVersion
+from runtime.model import UNLOADED, ModelState, ModelVersion
 from runtime.repository import CONFIG_FILE, ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 
 logger = logging.getLogger(__name__)
 _LEADING_INTEGER = re.compile(r"\s*[+-]?\d+")
-UNLOADED = "unloaded"
 
 
 @dataclass
@@ -31,6 +30,9 @@ class ModelEntry:
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     config_digest: str = ""  # config.pbtxt as of the last load attempt
     attempted: dict[int, str] = field(default_factory=dict)  # version -> folder signature, last attempt
+    config_error: str = ""  # why the last load attempt could not use the config
+    version_errors: dict[int, str] = field(default_factory=dict)  # version -> why it failed, last attempt
+    removed: bool = False  # its folder left the repository: unloaded, and no longer listed
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, m in self.versions.items() if m.ready)
@@ -67,8 +69,9 @@ class ModelManager:
         """Bring loaded models in line with the repository: load new, reload changed, unload removed."""
         on_disk = set(self.repository.model_names())
         for name in sorted(set(self.models) - on_disk):
-            if self.models[name].versions or self.models[name].spec:
-                await self.unload_model(name, forget=True)
+            if not self.models[name].removed:
+                await self.unload_model(name)
+                self.models[name].removed = True  # as Triton: unlisted, but 'has no available versions'
         changed = [name for name in sorted(on_disk) if self._changed(name)]
         await asyncio.gather(*(self.load_model(name) for name in changed))
 
@@ -104,8 +107,9 @@ class ModelManager:
             return ""
         return digest.hexdigest()
 
-    async def load_model(self, name: str) -> ModelEntry:
-        """(Re)load a model from the repository.
+    async def load_model(self, name: str, config_override: str | None = None) -> ModelEntry:
+        """(Re)load a model from the repository (``config_override``: a JSON config used instead of its
+        config.pbtxt, as Triton's load ``config`` parameter; the files still come from the repository).
 
         New or changed versions load beside the serving ones and take traffic only once
         ready; versions no longer wanted drain, then unload.  If any new version fails,
@@ -113,18 +117,22 @@ class ModelManager:
         """
         lock = self._model_locks.setdefault(name, asyncio.Lock())
         async with lock, self._load_slots:
-            return await self._load_model_locked(name)
+            return await self._load_model_locked(name, config_override)
 
-    async def _load_model_locked(self, name: str) -> ModelEntry:
+    async def _load_model_locked(self, name: str, config_override: str | None = None) -> ModelEntry:
         old = self.models.get(name)
         serving = {v: m for v, m in old.versions.items() if m.in_service} if old else {}
-        digest = self._config_digest(name)
+        digest = (hashlib.sha256(config_override.encode()).hexdigest() if config_override is not None
+                  else self._config_digest(name))
         started = time.perf_counter()
         external = self.external_failures.get(name)
         try:
             if external and not self.repository.model_dir(name).exists():
                 raise ModelLoadError(external)
-            spec = await asyncio.to_thread(self.repository.read_spec, name)
+            if config_override is not None:
+                spec = parse_model_config_json(config_override, name, self.repository.gpu_count)
+            else:
+                spec = await asyncio.to_thread(self.repository.read_spec, name)
             versions = self.repository.select_versions(spec)
         except ModelLoadError as exc:
             return self._record_failure(name, old, serving, str(exc), digest)
@@ -145,15 +153,21 @@ class ModelManager:
                 if model_version.in_service and model_version not in serving.values():
                     self._retire(model_version)
             entry = ModelEntry(name=name, spec=old.spec, versions=dict(serving), config_digest=digest,
-                               attempted=attempted, reason=f"reload failed: {reasons}")
+                               attempted=attempted, reason=f"reload failed: {reasons}",
+                               version_errors={v: m.reason for v, m in failed.items()})
             for version, model_version in failed.items():
                 entry.versions.setdefault(version, model_version)
             self.models[name] = entry
             return entry
-        entry = ModelEntry(name=name, spec=spec, versions=fresh, config_digest=digest, attempted=attempted)
+        entry = ModelEntry(name=name, spec=spec, versions=fresh, config_digest=digest, attempted=attempted,
+                           version_errors={v: m.reason for v, m in failed.items()})
         self.models[name] = entry
-        for model_version in (old.versions.values() if old else ()):
-            if model_version not in fresh.values():
+        for version, model_version in (old.versions.items() if old else ()):
+            if model_version in fresh.values():
+                continue
+            if model_version.in_service or model_version.retired:  # listed as 'unloaded', as Triton does
+                entry.versions.setdefault(version, model_version)
+            if model_version.loaded or model_version.in_service:
                 self._retire(model_version)
         return entry
 
@@ -191,8 +205,9 @@ class ModelManager:
             logger.error("model '%s': reload failed, the serving versions stay: %s", name, reason)
             old.reason = f"reload failed: {reason}"
             old.config_digest = digest
+            old.config_error, old.version_errors = reason, {}
             return old
-        entry = ModelEntry(name=name, reason=reason, config_digest=digest)
+        entry = ModelEntry(name=name, reason=reason, config_digest=digest, config_error=reason)
         if old is not None:
             entry.versions = {v: m for v, m in old.versions.items() if not m.loaded}
         self.models[name] = entry
@@ -221,21 +236,19 @@ class ModelManager:
         await model_version.stop(deadline)
         logger.info("unloaded model '%s' version %d", model_version.name, model_version.version)
 
-    async def unload_model(self, name: str, forget: bool = False) -> None:
-        """Unload every version of a model (draining first); ``forget`` drops it from the index."""
+    async def unload_model(self, name: str) -> None:
+        """Unload every version of a model (draining first); its versions stay in the index as 'unloaded' (as in
+        Triton).  Unloading a model that is not loaded does nothing, as in Triton."""
         lock = self._model_locks.setdefault(name, asyncio.Lock())
         async with lock:
             entry = self.models.get(name)
             if entry is None:
-                raise NotFound(f"Request for unknown model: '{name}' is not found")
-            versions = list(entry.versions.values())
-            if forget:
-                del self.models[name]
-            else:
-                self.models[name] = ModelEntry(name=name, spec=entry.spec, reason=UNLOADED,
-                                               config_digest=UNLOADED)
-            for model_version in versions:
-                self._retire(model_version)
+                return
+            self.models[name] = ModelEntry(name=name, spec=entry.spec, reason=UNLOADED, config_digest=UNLOADED,
+                                           versions=dict(entry.versions))
+            for model_version in entry.versions.values():
+                if model_version.loaded or model_version.in_service:
+                    self._retire(model_version)
             await self.wait_retired()
 
     async def wait_retired(self) -> None:
@@ -282,6 +295,8 @@ class ModelManager:
         names = set(self.repository.model_names()) | set(self.models) | set(self.external_failures)
         for name in sorted(names):
             entry = self.models.get(name)
+            if entry is not None and entry.removed:
+                continue
             if entry is None:
                 reason = self.external_failures.get(name, "")
                 rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": reason} if reason
@@ -299,9 +314,11 @@ class ModelManager:
         """Whether every model the server tried to load (and was not told to unload) is ready."""
         for name in set(self.models) | set(self.external_failures):
             entry = self.models.get(name)
-            if entry is None or (not entry.ready_versions() and entry.reason != UNLOADED):
-                return False
-            if any(not m.ready for m in entry.versions.values() if m.state is not ModelState.UNLOADING):
+            if entry is None or not entry.ready_versions():
+                if entry is None or entry.reason != UNLOADED:
+                    return False
+                continue
+            if any(not m.ready for m in entry.versions.values() if not m.retired):
                 return False
         return True
 

@@ -1,79 +1,173 @@
-"""Prometheus text exposition of per-model metrics, with Triton's metric names where one exists.
+"""Prometheus metrics with Triton's families, names, help texts and labels (prometheus_client).
 
-Everything is read from each version's :class:`ModelStatistics` at scrape time: one source of
-truth for ``/metrics``, the statistics extension and gRPC ModelStatistics.
+A collector reads each model version's :class:`ModelStatistics` at scrape time: one source of truth for
+``/metrics``, the statistics extension and gRPC ModelStatistics.  The families are prometheus_client
+Metrics; they are written out as Triton's prometheus-cpp writes them (a counter family keeps its own
+name, where prometheus_client's writer would rename it ``<name>_total`` but not its samples), so
+dashboards and alerts written for Triton work unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
+import psutil
+from prometheus_client.core import CollectorRegistry, Metric
+
+from runtime.devices import gpu_count
 from runtime.manager import ModelManager
 from runtime.model import ModelVersion
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-# (name, type, help, how to read it from (version, stats dict))
-_METRICS = (
-    ("nv_inference_request_success", "counter", "Number of successful inference requests",
+# (name, type, help, how to read it from (version, statistics dict)); help texts are Triton's.
+_MODEL_METRICS: tuple[tuple[str, str, str, Callable[[ModelVersion, dict], float]], ...] = (
+    ("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes",
      lambda m, s: s["inference_stats"]["success"]["count"]),
-    ("nv_inference_request_failure", "counter", "Number of failed inference requests",
-     lambda m, s: s["inference_stats"]["fail"]["count"]),
-    ("nv_inference_count", "counter", "Number of inferences performed (a batch of n counts n)",
+    ("nv_inference_count", "counter", "Number of inferences performed (does not include cached requests)",
      lambda m, s: s["inference_count"]),
-    ("nv_inference_exec_count", "counter", "Number of model executions performed",
+    ("nv_inference_exec_count", "counter", "Number of model executions performed (does not include cached requests)",
      lambda m, s: s["execution_count"]),
-    ("nv_inference_request_duration_us", "counter", "Cumulative end-to-end duration of successful requests",
+    ("nv_inference_request_duration_us", "counter",
+     "Cumulative inference request duration in microseconds (includes cached requests)",
      lambda m, s: s["inference_stats"]["success"]["ns"] // 1000),
-    ("nv_inference_queue_duration_us", "counter", "Cumulative time requests spent queued",
+    ("nv_inference_queue_duration_us", "counter",
+     "Cumulative inference queuing duration in microseconds (includes cached requests)",
      lambda m, s: s["inference_stats"]["queue"]["ns"] // 1000),
-    ("nv_inference_compute_input_duration_us", "counter", "Cumulative compute input duration",
+    ("nv_inference_compute_input_duration_us", "counter",
+     "Cumulative compute input duration in microseconds (does not include cached requests)",
      lambda m, s: s["inference_stats"]["compute_input"]["ns"] // 1000),
-    ("nv_inference_compute_infer_duration_us", "counter", "Cumulative compute inference duration",
+    ("nv_inference_compute_infer_duration_us", "counter",
+     "Cumulative compute inference duration in microseconds (does not include cached requests)",
      lambda m, s: s["inference_stats"]["compute_infer"]["ns"] // 1000),
-    ("nv_inference_compute_output_duration_us", "counter", "Cumulative compute output duration",
+    ("nv_inference_compute_output_duration_us", "counter",
+     "Cumulative inference compute output duration in microseconds (does not include cached requests)",
      lambda m, s: s["inference_stats"]["compute_output"]["ns"] // 1000),
-    ("nv_inference_pending_request_count", "gauge", "Requests queued, waiting for an instance",
-     lambda m, s: m.pending),
+    ("nv_inference_pending_request_count", "gauge",
+     "Instantaneous number of pending requests awaiting execution per-model.", lambda m, s: m.pending),
 )
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _labels(model: ModelVersion) -> dict[str, str]:
+    return {"model": model.name, "version": str(model.version)}
 
 
-def _labels(model: ModelVersion, extra: str = "") -> str:
-    base = f'model="{_escape(model.name)}",version="{model.version}"'
-    return "{" + base + (f",{extra}" if extra else "") + "}"
+class ServerCollector:
+    """Yields every metric family at scrape time."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+        psutil.cpu_percent(interval=None)  # the first call starts the measuring interval
+
+    def _versions(self) -> list[ModelVersion]:
+        return [model for name in sorted(self.manager.models)
+                for _, model in sorted(self.manager.models[name].versions.items()) if model.in_service]
+
+    def collect(self) -> Iterator[Metric]:
+        models = [(m, m.stats.to_dict(m.name, m.version)) for m in self._versions()]
+        yield from _model_metrics(models)
+        yield from _host_metrics()
+        if gpu_count():
+            yield from _gpu_metrics()
+        yield _batch_size_histogram(models)
 
 
-def _le(bound: object) -> str:
-    return f'le="{bound}"'
+def _metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, str], float]]) -> Metric:
+    metric = Metric(name, help_text, kind)
+    for labels, value in samples:
+        metric.add_sample(name, labels, value)
+    return metric
 
 
-def _ready_versions(manager: ModelManager) -> Iterable[ModelVersion]:
-    for name in sorted(manager.models):
-        for _, model in sorted(manager.models[name].versions.items()):
-            if model.in_service:
-                yield model
+def _model_metrics(models: list[tuple[ModelVersion, dict]]) -> Iterator[Metric]:
+    name, kind, help_text, read = _MODEL_METRICS[0]
+    yield _metric(name, kind, help_text, ((_labels(m), read(m, s)) for m, s in models))
+    yield _metric("nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes",
+                  ((_labels(m) | {"reason": reason.value}, count)
+                   for m, _ in models for reason, count in m.stats.failure_counts().items()))
+    for name, kind, help_text, read in _MODEL_METRICS[1:]:
+        yield _metric(name, kind, help_text, ((_labels(m), read(m, s)) for m, s in models))
 
 
-def render_metrics(manager: ModelManager) -> str:
-    """The Prometheus text format (version 0.0.4) for every ready model version."""
-    models = [(m, m.stats.to_dict(m.name, m.version)) for m in _ready_versions(manager)]
-    lines: list[str] = []
-    for name, kind, help_text, read in _METRICS:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        lines += [f"{name}{_labels(m)} {read(m, s)}" for m, s in models]
+def _host_metrics() -> Iterator[Metric]:
+    memory = psutil.virtual_memory()
+    yield _metric("nv_pinned_memory_pool_total_bytes", "gauge", "Pinned memory pool total memory size, in bytes",
+                  [({}, 0)])  # no pinned-memory pool here: tensors live in ordinary (and shared) memory
+    yield _metric("nv_pinned_memory_pool_used_bytes", "gauge", "Pinned memory pool used memory size, in bytes",
+                  [({}, 0)])
+    yield _metric("nv_cpu_utilization", "gauge", "CPU utilization rate [0.0 - 1.0]",
+                  [({}, psutil.cpu_percent(interval=None) / 100.0)])
+    yield _metric("nv_cpu_memory_total_bytes", "gauge", "CPU total memory (RAM), in bytes", [({}, memory.total)])
+    yield _metric("nv_cpu_memory_used_bytes", "gauge", "CPU used memory (RAM), in bytes",
+                  [({}, memory.total - memory.available)])
+
+
+def _gpu_metrics() -> Iterator[Metric]:
+    """Triton's nv_gpu_* families through NVML (nvidia-ml-py)."""
+    import pynvml
+
+    readings: dict[str, list[tuple[dict[str, str], float]]] = {key: [] for key in (
+        "utilization", "memory_total", "memory_used", "power_usage", "power_limit", "energy")}
+    for index in range(gpu_count()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        labels = {"gpu_uuid": uuid.decode() if isinstance(uuid, bytes) else uuid}
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        readings["utilization"].append((labels, pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0))
+        readings["memory_total"].append((labels, memory.total))
+        readings["memory_used"].append((labels, memory.used))
+        readings["power_usage"].append((labels, pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0))
+        readings["power_limit"].append((labels, pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0))
+        readings["energy"].append((labels, pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0))
+    yield _metric("nv_gpu_utilization", "gauge", "GPU utilization rate [0.0 - 1.0)", readings["utilization"])
+    yield _metric("nv_gpu_memory_total_bytes", "gauge", "GPU total memory, in bytes", readings["memory_total"])
+    yield _metric("nv_gpu_memory_used_bytes", "gauge", "GPU used memory, in bytes", readings["memory_used"])
+    yield _metric("nv_gpu_power_usage", "gauge", "GPU power usage in watts", readings["power_usage"])
+    yield _metric("nv_gpu_power_limit", "gauge", "GPU power management limit in watts", readings["power_limit"])
+    yield _metric("nv_energy_consumption", "counter", "GPU energy consumption in joules since the Triton Server "
+                  "started", readings["energy"])
+
+
+def _batch_size_histogram(models: list[tuple[ModelVersion, dict]]) -> Metric:
+    """Ours, beside Triton's: how large the executed batches were."""
     name = "serverless_triton_batch_size"
-    lines += [f"# HELP {name} Batch size of each model execution", f"# TYPE {name} histogram"]
+    metric = Metric(name, "Batch size of each model execution", "histogram")
     for model, stats in models:
         counts = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
+        labels = _labels(model)
         for bound in BATCH_BUCKETS:
-            cumulative = sum(c for size, c in counts.items() if size <= bound)
-            lines.append(f"{name}_bucket{_labels(model, _le(bound))} {cumulative}")
-        total = sum(counts.values())
-        lines.append(f"{name}_bucket{_labels(model, _le('+Inf'))} {total}")
-        lines.append(f"{name}_sum{_labels(model)} {sum(size * c for size, c in counts.items())}")
-        lines.append(f"{name}_count{_labels(model)} {total}")
-    return "\n".join(lines) + "\n"
+            metric.add_sample(f"{name}_bucket", labels | {"le": str(bound)},
+                              sum(c for size, c in counts.items() if size <= bound))
+        metric.add_sample(f"{name}_bucket", labels | {"le": "+Inf"}, sum(counts.values()))
+        metric.add_sample(f"{name}_count", labels, sum(counts.values()))
+        metric.add_sample(f"{name}_sum", labels, sum(size * c for size, c in counts.items()))
+    return metric
+
+
+def metrics_registry(manager: ModelManager) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ServerCollector(manager))
+    return registry
+
+
+def render_metrics(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format (0.0.4) of everything the registry collects."""
+    lines: list[str] = []
+    for metric in registry.collect():
+        lines.append(f"# HELP {metric.name} {_escape(metric.documentation, quotes=False)}")
+        lines.append(f"# TYPE {metric.name} {metric.type}")
+        for sample in metric.samples:
+            labels = ",".join(f'{key}="{_escape(value)}"' for key, value in sorted(sample.labels.items()))
+            lines.append(f"{sample.name}{{{labels}}} {_number(sample.value)}" if labels
+                         else f"{sample.name} {_number(sample.value)}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _escape(text: str, quotes: bool = True) -> str:
+    text = text.replace("\\", "\\\\").replace("\n", "\\n")
+    return text.replace('"', '\\"') if quotes else text
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

@@ -15,11 +15,14 @@ from handlers import HandlerContext, ModelHandler, handler_class
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
-from runtime.stats import ModelStatistics
+from runtime.stats import FailureReason, ModelStatistics
 from runtime.types import InferRequest
 from runtime.warmup import run_warmup
 
 logger = logging.getLogger(__name__)
+
+
+UNLOADED = "unloaded"
 
 
 class ModelState(enum.Enum):
@@ -57,6 +60,11 @@ class ModelVersion:
     def in_service(self) -> bool:
         """Loaded and routed to (even while its instances are being restarted)."""
         return self.state is ModelState.READY
+
+    @property
+    def retired(self) -> bool:
+        """Unloading or unloaded on purpose (replaced, removed, or unloaded on request)."""
+        return self.state is ModelState.UNLOADING or self.reason == UNLOADED
 
     @property
     def ready(self) -> bool:
@@ -114,18 +122,26 @@ class ModelVersion:
         if not self.ready or self.scheduler is None:
             raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
         started = time.perf_counter_ns()
-        ok, queue_ns = False, 0
+        failure, queue_ns = FailureReason.OTHER, 0
         self._in_flight += 1
         self._drained.clear()
         try:
-            result, queue_ns = await self.scheduler.submit(request, batch_size)
+            try:
+                result, queue_ns = await self.scheduler.submit(request, batch_size)
+            except Unavailable:  # the queue was full, or the request timed out in it
+                failure = FailureReason.REJECTED
+                raise
+            except asyncio.CancelledError:  # the client went away
+                failure = FailureReason.CANCELED
+                raise
             if isinstance(result, ServingError):
                 result.executed = True
+                failure = FailureReason.BACKEND
                 raise result
-            ok = True
+            failure = None
             return result
         finally:
-            self.stats.record_request(ok, time.perf_counter_ns() - started, queue_ns, batch_size)
+            self.stats.record_request(failure, time.perf_counter_ns() - started, queue_ns, batch_size)
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._drained.set()
@@ -156,7 +172,7 @@ class ModelVersion:
             self._executor = None
         if self.state is not ModelState.UNAVAILABLE:
             self.state = ModelState.UNAVAILABLE
-            self.reason = "unloaded"
+            self.reason = UNLOADED
 
     def _unload_instances(self, deadline: float | None = None) -> None:
         for instance in self.instances:

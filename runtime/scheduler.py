@@ -75,6 +75,8 @@ class Scheduler:
         policy = batching.queue_policy if batching else None
         self.max_queue = (policy.max_queue_size if policy and policy.max_queue_size > 0 else default_max_queue_size)
         self.default_timeout = (policy.default_timeout_microseconds / 1e6) if policy else 0.0
+        self.timeout_override = bool(policy and policy.allow_timeout_override)
+        self.reject_on_timeout = not policy or policy.timeout_action != "DELAY"
         self._queue: deque[_Item] = deque()
         self._arrival = asyncio.Event()
         self._mean_gap = float("inf")  # EWMA of seconds between arrivals
@@ -93,24 +95,37 @@ class Scheduler:
         """Queue a request; returns its result and the nanoseconds it spent queued."""
         if len(self._queue) >= self.max_queue:
             raise Unavailable(f"Exceeds maximum queue size ({self.max_queue}) of model '{self.spec.name}'")
-        timeout = _request_timeout(request, self.default_timeout)
+        timeout = self._queue_timeout(request)
         item = _Item(request, batch_size, _signature(request, self.batching),
                      asyncio.get_running_loop().create_future())
         self._note_arrival(batch_size)
         self._queue.append(item)
         self._arrival.set()
         try:
-            result = await asyncio.wait_for(asyncio.shield(item.future), timeout) if timeout else await item.future
-        except TimeoutError:
-            if item.future.done() and not item.future.cancelled():
-                result = item.future.result()  # it finished in the same instant
+            if timeout:
+                try:
+                    result = await asyncio.wait_for(asyncio.shield(item.future), timeout)
+                except TimeoutError:
+                    if not item.dispatched_ns:  # still queued: it never runs
+                        self._abandon(item)
+                        raise Unavailable("Request timeout expired") from None
+                    result = await item.future  # already running: the timeout covers only the queue
             else:
-                self._abandon(item)
-                raise Unavailable("Request timeout expired") from None
+                result = await item.future
         except asyncio.CancelledError:
             self._abandon(item)  # the client went away: never run it
             raise
         return result, item.dispatched_ns - item.enqueued_ns
+
+    def _queue_timeout(self, request: InferRequest) -> float:
+        """Seconds a request may wait in the queue (0: no limit), as Triton's queue policy decides: the policy's
+        default, or the request's own ``timeout`` (µs) where the policy allows overriding with a shorter one."""
+        requested = _requested_timeout(request)
+        if not self.reject_on_timeout:
+            return 0.0
+        if requested and self.timeout_override and (not self.default_timeout or requested < self.default_timeout):
+            return requested
+        return self.default_timeout
 
     def _abandon(self, item: _Item) -> None:
         """Cancel a request and free its queue slot at once (no-op if a consumer already took it)."""
@@ -287,11 +302,12 @@ def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[Reque
     return results
 
 
-def _request_timeout(request: InferRequest, default: float) -> float:
-    """The request's ``timeout`` parameter (microseconds), else the queue policy's default."""
+def _requested_timeout(request: InferRequest) -> float:
+    """The request's ``timeout`` parameter, in seconds (0 when absent)."""
     value = request.parameters.get("timeout")
     if value is None:
-        return default
+        return 0.0
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidArgument("parameter 'timeout' must be a non-negative integer of microseconds")
+        raise InvalidArgument("Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as "
+                              "unsigned-integer")
     return value / 1e6

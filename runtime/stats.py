@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from dataclasses import dataclass, field
+
+
+class FailureReason(enum.Enum):
+    """Why a request failed, as Triton labels ``nv_inference_request_failure``."""
+
+    REJECTED = "REJECTED"  # refused by the queue (full, or timed out in it)
+    CANCELED = "CANCELED"  # the client went away
+    BACKEND = "BACKEND"  # the model's execution failed
+    OTHER = "OTHER"
 
 
 @dataclass
@@ -39,12 +49,16 @@ class ModelStatistics:
     last_inference_ms: int = 0
     phases: dict[str, Duration] = field(default_factory=lambda: {p: Duration() for p in _PHASES})
     batches: dict[int, BatchStats] = field(default_factory=dict)
+    failures: dict[FailureReason, int] = field(default_factory=lambda: dict.fromkeys(FailureReason, 0))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record_request(self, ok: bool, total_ns: int, queue_ns: int, batch_size: int) -> None:
-        """One request finished (successfully or not) after ``total_ns``, ``queue_ns`` of it queued."""
+    def record_request(self, failure: FailureReason | None, total_ns: int, queue_ns: int, batch_size: int) -> None:
+        """One request finished after ``total_ns`` (``queue_ns`` of it queued): ``failure`` None if it succeeded."""
+        ok = failure is None
         with self._lock:
             self.phases["success" if ok else "fail"].add(total_ns)
+            if not ok:
+                self.failures[failure] += 1
             if ok:
                 self.phases["queue"].add(queue_ns)
                 self.inference_count += batch_size
@@ -60,6 +74,10 @@ class ModelStatistics:
             batch.compute_input.add(input_ns)
             batch.compute_infer.add(infer_ns)
             batch.compute_output.add(output_ns)
+
+    def failure_counts(self) -> dict[FailureReason, int]:
+        with self._lock:
+            return dict(self.failures)
 
     def to_dict(self, name: str, version: int) -> dict:
         with self._lock:

@@ -92,6 +92,14 @@ class ServerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def wait_loaded(self, timeout: float = 120.0) -> None:
+        """Wait for the initial load to finish (readiness says so only when every model loaded, if strict)."""
+        deadline = time.monotonic() + timeout
+        while "initial load finished" not in self.log():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the initial load did not finish:\n{self.log()}")
+            time.sleep(0.1)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
         if self.process is None:
             return 0

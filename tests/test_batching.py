@@ -107,6 +107,9 @@ def batch_server(tmp_path_factory, started_log):
     write_model(repository, "queue_timeout", QUEUED_CONFIG.replace("max_queue_size: 2", "max_queue_size: 8") % 300_000,
                 {"1/model.py": SLOW_ECHO})
     write_model(repository, "fragile", FRAGILE_CONFIG, {"1/model.py": FRAGILE})
+    for name, allow in (("override_timeout", "true"), ("fixed_timeout", "false")):
+        config = QUEUED_CONFIG.replace("max_queue_size: 2", f"max_queue_size: 8 allow_timeout_override: {allow}")
+        write_model(repository, name, config % 0, {"1/model.py": SLOW_ECHO})
     process = ServerProcess(repository).start()
     yield process
     assert process.stop() == 0, process.log()
@@ -231,6 +234,9 @@ def test_overload_is_rejected_at_once_without_losing_accepted_requests(batch_ser
         assert result.as_numpy("OUT").tolist() == [[float(index)]]
     stats = _stats(batch_server, "bounded_queue")
     assert stats["inference_stats"]["success"]["count"] == len(accepted)
+    text = httpx.get(f"http://127.0.0.1:{batch_server.metrics_port}/metrics").text
+    rejected_line = 'nv_inference_request_failure{model="bounded_queue",reason="REJECTED",version="1"} '
+    assert int(text.split(rejected_line, 1)[1].split()[0]) >= len(rejected)
 
 
 def test_queued_requests_time_out_without_running(batch_server):
@@ -240,9 +246,20 @@ def test_queued_requests_time_out_without_running(batch_server):
     assert timed_out
     assert all(o.status() == "503" and "Request timeout expired" in o.message() for o in timed_out)
     executed = _stats(batch_server, "queue_timeout")["execution_count"] - before
-    assert executed < 6
+    assert executed == 6 - len(timed_out)  # a request that timed out in the queue never ran
     result = _echo(batch_server.http_url, "queue_timeout", 1.0, timeout=5_000_000)  # a per-request timeout (µs)
     assert result.as_numpy("OUT").tolist() == [[1.0]]
+
+
+@pytest.mark.parametrize("model, overridable", [("override_timeout", True), ("fixed_timeout", False)])
+def test_a_request_timeout_counts_only_where_the_queue_policy_allows_it(batch_server, model, overridable):
+    """As Triton: the request's own timeout applies under allow_timeout_override, and is ignored otherwise."""
+    outcomes = _run_concurrently(4, lambda i: _echo(batch_server.http_url, model, float(i), timeout=100_000))
+    timed_out = [o for o in outcomes if isinstance(o, InferenceServerException)]
+    if overridable:
+        assert timed_out and all("Request timeout expired" in o.message() for o in timed_out)
+    else:
+        assert not timed_out, timed_out
 
 
 @pytest.mark.parametrize("value, fragment", [(-1, "exited with code 3"), (-2, "killed by signal 9"),
@@ -279,10 +296,13 @@ def test_metrics_endpoint(batch_server):
     assert lines[f"nv_inference_count{labels}"] >= lines[f"nv_inference_exec_count{labels}"]
     assert lines[f"nv_inference_request_duration_us{labels}"] > 0
     assert "# TYPE nv_inference_queue_duration_us counter" in text
-    bucket_one = lines['serverless_triton_batch_size_bucket{model="batched_onnx",version="1",le="1"}']
+    bucket_one = lines['serverless_triton_batch_size_bucket{le="1",model="batched_onnx",version="1"}']
     total = lines['serverless_triton_batch_size_count{model="batched_onnx",version="1"}']
     assert total > bucket_one  # some executions had batches larger than 1
-    assert lines['nv_inference_request_failure{model="bounded_queue",version="1"}'] >= 0
+    for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):  # Triton's reasons, each its own series
+        assert lines[f'nv_inference_request_failure{{model="bounded_queue",reason="{reason}",version="1"}}'] >= 0
+    assert "# TYPE nv_inference_request_failure counter" in text
+    assert 0.0 <= lines["nv_cpu_utilization"] <= 1.0 and lines["nv_cpu_memory_total_bytes"] > 0
 
 
 def test_a_request_whose_client_went_away_is_never_run(batch_server, started_log):

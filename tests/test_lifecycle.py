@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -153,7 +154,8 @@ def test_explicit_load_and_unload_over_http(explicit_server):
     assert client.is_model_ready("versioned")
     client.unload_model("versioned")
     assert not client.is_model_ready("versioned")
-    assert _index(client)[("versioned", "")]["reason"] == "unloaded"
+    assert _index(client)[("versioned", "1")] == {"name": "versioned", "version": "1", "state": "UNAVAILABLE",
+                                                  "reason": "unloaded"}  # as Triton lists it
     with pytest.raises(InferenceServerException) as info:
         _served_version(client)
     assert info.value.status() == "404"  # as Triton: no available versions
@@ -169,15 +171,26 @@ def test_explicit_load_and_unload_over_http(explicit_server):
 def test_explicit_load_errors(explicit_server):
     process, repository = explicit_server
     client = httpclient.InferenceServerClient(process.http_url)
-    for name, fragment in [("no_such_model", "no such model folder"), ("..", "invalid model name")]:
+    for name, fragment in [("no_such_model", "failed to load 'no_such_model', failed to poll from model repository"),
+                           ("..", "invalid model name")]:
         with pytest.raises(InferenceServerException) as info:
             client.load_model(name)
         assert info.value.status() in ("400", "404")
         assert fragment in info.value.message()
     with pytest.raises(InferenceServerException) as info:
-        client.load_model("versioned", config='{"backend": "python"}')
+        client.load_model("versioned", config="{not json")
+    assert info.value.status() == "400"
+    assert "the 'config' parameter is not a valid model config" in info.value.message()
+    with pytest.raises(InferenceServerException) as info:  # model files never come from a request
+        client.load_model("versioned", files={"file:1/model.py": b"import os"})
     assert info.value.status() == "400"
     assert "not accepted" in info.value.message()
+    config = json.dumps({"backend": "python", "max_batch_size": 0,
+                         "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [-1]}],
+                         "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [-1]}],
+                         "parameters": {"from_override": {"string_value": "yes"}}})
+    client.load_model("versioned", config=config)
+    assert client.get_model_config("versioned")["parameters"]["from_override"]["string_value"] == "yes"
     (repository / "later" / "2").mkdir()
     (repository / "later" / "2" / "model.py").write_text("import not_a_module\n")
     with pytest.raises(InferenceServerException) as info:

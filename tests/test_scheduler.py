@@ -119,7 +119,8 @@ def test_a_full_queue_refuses_at_once():
 
 def test_a_timed_out_request_frees_its_queue_slot_at_once():
     async def main():
-        scheduler = _scheduler()  # no instances: nothing is ever taken off the queue
+        # no instances: nothing is ever taken off the queue; requests may set their own (shorter) timeout
+        scheduler = _scheduler("default_queue_policy { allow_timeout_override: true }")
         loop = asyncio.get_running_loop()
         scheduler._queue.extend(_Item(_request(1), 1, (), loop.create_future()) for _ in range(3))
         request = _request(1)

@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -31,7 +31,7 @@ from runtime.http.body import (
     receive_body,
 )
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
-from runtime.metrics import render_metrics
+from runtime.metrics import CONTENT_TYPE, metrics_registry, render_metrics
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -290,8 +290,10 @@ def create_http_app(
 def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None) -> Starlette:
     """Prometheus ``/metrics`` (served on its own port, 8002 by default)."""
 
+    registry = metrics_registry(service.manager)
+
     async def metrics(request: Request) -> Response:
-        return PlainTextResponse(render_metrics(service.manager), media_type="text/plain; version=0.0.4")
+        return Response(render_metrics(registry), media_type=CONTENT_TYPE)
 
     return Starlette(
         routes=[Route("/metrics", metrics, methods=["GET"])],

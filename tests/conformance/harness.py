@@ -42,7 +42,7 @@ class GrpcCase:
     metadata: tuple[tuple[str, str], ...] = ()
 
 
-_TRACEBACK = re.compile(r"\n\nAt:\n.*", re.DOTALL)
+_TRACEBACK = re.compile(r"\n\nAt:\n(?:  [^\n]*\n?)*")
 
 
 def without_traceback(value: Any) -> Any:

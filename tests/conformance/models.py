@@ -148,6 +148,8 @@ def build_repository(root: Path) -> Path:
     write(root, "no_instance_group", no_group.replace("instance_group [ { kind: KIND_CPU count: 1 } ]", ""),
           {"1/model.py": ADD_SUB})
     write(root, "args", ARGS_CONFIG, {"1/model.py": ARGS})
+    write(root, "counted", ADD_SUB_CONFIG.format(  # only the statistics and metrics cases call it
+        name="counted", max_batch=8, dtype="TYPE_FP32", extra=""), {"1/model.py": ADD_SUB})
     write(root, "error_response", IDENTITY_CONFIG, {"1/model.py": ERROR_RESPONSE})
     write(root, "raising", IDENTITY_CONFIG, {"1/model.py": RAISING})
     write(root, "init_raises", IDENTITY_CONFIG, {"1/model.py": INIT_RAISES})

@@ -94,18 +94,6 @@ class TritonProcess:
         shutil.rmtree(self._cwd, ignore_errors=True)
 
 
-def wait_loaded(address: str, timeout: float = 120.0) -> None:
-    """Triton answers only once its models are loaded; ours answers at once and loads in the background:
-    wait until every model in our index has a state."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = httpx.post(f"http://{address}/v2/repository/index", timeout=10).json()
-        if all("state" in row for row in rows):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"models at {address} still loading after {timeout}s")
-
-
 @dataclass
 class Pair:
     """The same repository served by both: ``triton`` and ``ours``."""
@@ -130,6 +118,6 @@ def start_pair(repository: Path, workdir: Path, triton_args: tuple[str, ...] = (
     server = ServerProcess(ours, *our_args, log=workdir / "ours.log", strict=True)
     server.start(wait_ready=False)
     server.wait_for(wait_for)
-    wait_loaded(server.http_url)
+    server.wait_loaded()  # Triton answers only once it has loaded its models; we answer at once
     return Pair(triton.endpoints, Endpoints(server.http_url, server.grpc_url, f"127.0.0.1:{server.metrics_port}"),
                 triton, server)
