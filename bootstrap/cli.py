@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--poll-interval", type=float, help="seconds between repository polls (poll mode)")
     run.add_argument("--strict-readiness", choices=["true", "false"],
                      help="ready only while every model is ready (default true, as Triton)")
+    run.add_argument("--disable-auto-complete-config", action="store_true",
+                     help="use config.pbtxt as written: no config-less Python models, no auto_complete_config")
     run.add_argument("--shutdown-timeout", type=float,
                      help="seconds SIGTERM waits for in-flight requests and finalize (default 30)")
     run.add_argument("--cache-dir", help="local cache for a repository synced from object storage")
@@ -70,6 +72,8 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
     check_load_models(settings)
     if args.strict_readiness is not None:
         settings.strict_readiness = args.strict_readiness == "true"
+    if args.disable_auto_complete_config:
+        settings.auto_complete_config = False
     if args.shutdown_timeout is not None:
         if args.shutdown_timeout <= 0:
             raise SettingsError("--shutdown-timeout must be a positive number of seconds")
@@ -130,6 +134,7 @@ async def _serve(settings: FunctionSettings) -> int:
         ),
         server_name=settings.server_name,
         strict_readiness=settings.strict_readiness,
+        auto_complete_config=settings.auto_complete_config,
         auth_token=settings.auth_token,
         auth_exempt_health=settings.auth_exempt_health,
         shutdown_timeout=settings.shutdown_timeout_seconds,

@@ -39,6 +39,7 @@ class FunctionSettings:
     json_decode_budget_bytes: int = 256 * 1024 * 1024
     server_name: str = "triton"
     strict_readiness: bool = True
+    auto_complete_config: bool = True  # Triton's default; --disable-auto-complete-config turns it off
     auth_token: str | None = field(default=None, repr=False)
     auth_exempt_health: bool = True
     storage: StorageSettings = field(default_factory=StorageSettings)
@@ -143,7 +144,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                        "grpc_max_message_bytes", "default_max_queue_size", "header_timeout_seconds",
                                        "body_timeout_seconds", "max_connections", "max_streams_per_connection",
                                        "stream_max_in_flight", "json_decode_budget_bytes", "name",
-                                       "strict_readiness"})
+                                       "strict_readiness", "auto_complete_config"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -184,6 +185,10 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     if not isinstance(strict, bool):
         raise SettingsError("server.strict_readiness must be true or false")
     settings.strict_readiness = strict
+    auto_complete = server.get("auto_complete_config", True)
+    if not isinstance(auto_complete, bool):
+        raise SettingsError("server.auto_complete_config must be true or false")
+    settings.auto_complete_config = auto_complete
     settings.device = _choice(instance, "device", settings.device, ("auto", "gpu", "cpu"), "instance")
 
     token = _optional_str(auth, "token", "auth")

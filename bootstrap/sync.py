@@ -43,7 +43,13 @@ from bootstrap.storage import (
 )
 from runtime.config import parse_model_config
 from runtime.errors import ModelLoadError
-from runtime.repository import CONFIG_FILE, MAX_CONFIG_BYTES, is_model_folder_name, is_version_folder_name
+from runtime.repository import (
+    CONFIG_FILE,
+    MAX_CONFIG_BYTES,
+    PYTHON_MODEL_FILE,
+    is_model_folder_name,
+    is_version_folder_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -220,15 +226,19 @@ class RepositorySync:
                 raise SyncError(f"refused object key {item.key!r}: {reason}")
         files = {item.relative.split("/", 1)[1]: item for item in objects}
         config = files.get(CONFIG_FILE)
-        if config is None:
+        python_model = any(r.split("/", 1)[1:] == [PYTHON_MODEL_FILE] for r in files)
+        if config is None and not python_model:
             raise SyncError(f"no {CONFIG_FILE} in storage")
         current = self._current_generation(name)
         manifest = self._manifest(current) if current else {}
-        config_bytes = self._config_bytes(config, current, manifest)
-        try:
-            config_text = config_bytes.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SyncError(f"{CONFIG_FILE} is not UTF-8") from None
+        if config is None:  # a config-less Python model (as in Triton): Triton's default version policy
+            config_bytes, config_text = b"", 'backend: "python"'
+        else:
+            config_bytes = self._config_bytes(config, current, manifest)
+            try:
+                config_text = config_bytes.decode("utf-8")
+            except UnicodeDecodeError:
+                raise SyncError(f"{CONFIG_FILE} is not UTF-8") from None
         spec = parse_model_config(config_text, name)
         versions = sorted({int(r.split("/")[0]) for r in files if "/" in r and is_version_folder_name(r.split("/")[0])})
         selected = set(spec.version_policy.select(versions))

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,8 +30,35 @@ def require_module(module: str, extra: str, backend: str) -> ModuleType:
         ) from None
 
 
-# What a handler returns for one request: output name -> array, or the error for that request.
-RequestResult = dict[str, np.ndarray] | ServingError
+class Reschedule:
+    """A result meaning: put this request back in the queue, it runs again in a later batch (a Python model
+    called ``request.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``)."""
+
+    def __repr__(self) -> str:
+        return "RESCHEDULE"
+
+
+RESCHEDULE = Reschedule()
+
+# What a handler returns for one request: output name -> array (a ModelOutputs may carry response
+# parameters too), the error for that request, or RESCHEDULE.
+RequestResult = dict[str, np.ndarray] | ServingError | Reschedule
+
+
+class ServerServices(Protocol):
+    """What the server offers a model (BLS, the model loading API, custom metrics, its event loop), passed
+    down to handlers so that they never import the core."""
+
+    loop: Any  # the server's asyncio event loop
+
+    async def infer(self, request: InferRequest) -> Any: ...
+    def infer_stream(self, request: InferRequest) -> Any: ...  # an async iterator of responses
+    async def load_model(self, name: str, parameters: dict | None = None) -> None: ...
+    async def unload_model(self, name: str, parameters: dict | None = None) -> None: ...
+    def model_ready(self, name: str, version: str = "") -> bool: ...
+    def is_decoupled(self, name: str, version: str = "") -> bool: ...
+    def model_config(self, name: str, version: str = "") -> Any: ...
+    def custom_metric(self, model: str, operation: str, *arguments: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -46,6 +73,7 @@ class HandlerContext:
     device_id: int = 0
     instance_name: str = ""  # Triton's <group name>_<index>
     kind: str = "KIND_CPU"  # the instance's group kind
+    services: ServerServices | None = None
 
     @property
     def model_dir(self) -> Path:
@@ -110,6 +138,9 @@ class ModelHandler(abc.ABC):
     @property
     def unavailable_reason(self) -> str:
         return ""
+
+    def cancel(self, request: InferRequest) -> None:
+        """The client of a request this instance is executing went away (a model may notice)."""
 
     def unload(self, deadline: float | None = None) -> None:
         """Release the model (the Python backend calls ``finalize`` here).

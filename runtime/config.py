@@ -104,6 +104,7 @@ class ModelSpec:
     parameters: dict[str, str]
     default_model_filename: str
     proto: ModelConfig = field(repr=False, compare=False)
+    decoupled: bool = False  # model_transaction_policy { decoupled: true }
 
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)
@@ -224,18 +225,23 @@ def _fill_defaults(config: ModelConfig, handler: str, gpu_count: int) -> None:
             group.gpus.extend(range(gpu_count))
 
 
+def read_model_config(text: str, folder_name: str) -> ModelConfig:
+    """``config.pbtxt`` text as a ModelConfig, as written (nothing filled in)."""
+    config = ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise ModelLoadError(f"model '{folder_name}': config.pbtxt syntax error: {exc}") from None
+    return config
+
+
 def parse_model_config(text: str, folder_name: str, gpu_count: int = 0) -> ModelSpec:
     """Parse ``config.pbtxt`` text for the model in folder ``folder_name`` (``gpu_count``: GPUs this server
     may place instances on; KIND_AUTO and missing instance groups resolve against it, as in Triton).
 
     Raises ModelLoadError with a client-presentable reason for any problem.
     """
-    config = ModelConfig()
-    try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        raise ModelLoadError(f"model '{folder_name}': config.pbtxt syntax error: {exc}") from None
-    return spec_from_config(config, folder_name, gpu_count)
+    return spec_from_config(read_model_config(text, folder_name), folder_name, gpu_count)
 
 
 def parse_model_config_json(text: str, folder_name: str, gpu_count: int = 0) -> ModelSpec:
@@ -308,6 +314,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
         parameters={key: value.string_value for key, value in config.parameters.items()},
         default_model_filename=file_name,
         proto=config,
+        decoupled=config.model_transaction_policy.decoupled,
     )
 
 

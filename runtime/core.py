@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 
 from runtime import __version__
 from runtime.config import ModelSpec
 from runtime.control import ModelControl
+from runtime.custom_metrics import CustomMetrics
 from runtime.datatypes import datatype_of
-from runtime.errors import InternalError, InvalidArgument, ServingError
+from runtime.errors import InternalError, InvalidArgument, ServingError, Unsupported
 from runtime.manager import ModelManager, parse_version
 from runtime.model import ModelVersion
-from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from runtime.streaming import stream_responses
+from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput, StreamResponse
 from runtime.validation import expected_shape, validate_request
 
 logger = logging.getLogger(__name__)
@@ -30,6 +35,9 @@ class InferenceService:
 
     ``strict_readiness`` (Triton's default): the server is ready only while every model it tried to load is
     ready; otherwise ready once the initial load finished.
+
+    It is also what models see of the server (``handlers.base.ServerServices``): BLS requests, the model
+    loading API and custom metrics go through it.
     """
 
     def __init__(self, manager: ModelManager, control: ModelControl | None = None, server_name: str = SERVER_NAME,
@@ -42,6 +50,13 @@ class InferenceService:
         self.shutting_down = False
         self.last_activity = time.monotonic()
         self.in_flight = 0
+        self.custom_metrics = CustomMetrics()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # set by the server once its loop runs
+        manager.services = self
 
     # -- health and metadata -------------------------------------------------
     def live(self) -> bool:
@@ -117,11 +132,23 @@ class InferenceService:
     async def unload_model(self, name: str, parameters: dict | None = None) -> None:
         await self.control.unload(name, parameters)
 
+    def custom_metric(self, model: str, operation: str, *arguments: Any) -> Any:
+        """A Python model's custom-metric call (pb_utils.MetricFamily / Metric)."""
+        return self.custom_metrics.call(model, operation, *arguments)
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """Whether the model (version) sends its responses decoupled (any number per request)."""
+        return self.manager.get(name, version).spec.decoupled
+
     # -- inference -------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
+        """One request, one response (a decoupled model's responses need :meth:`infer_stream`)."""
         self.in_flight += 1
         try:
             model = self.manager.get(request.model_name, request.model_version)
+            if model.spec.decoupled:
+                raise Unsupported(f"model '{model.name}' uses the decoupled transaction policy: its responses "
+                                  "come only through a stream")
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
             result = await model.infer(request, batch_size)
@@ -130,12 +157,31 @@ class InferenceService:
             self.in_flight -= 1
             self.last_activity = time.monotonic()
 
-    def _response(self, model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray]) -> InferResponse:
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
+        """Every response to one request: one for a model in default mode, any number (the last one marked
+        final) for a decoupled model.  Lookup and validation errors raise before the first response."""
+        self.in_flight += 1
+        try:
+            model = self.manager.get(request.model_name, request.model_version)
+            batch_size = validate_request(model.spec, request)
+            _reshape_inputs(model.spec, request)
+            async for item in stream_responses(model, request, batch_size, self._response):
+                yield item
+        finally:
+            self.in_flight -= 1
+            self.last_activity = time.monotonic()
+
+    def _response(self, model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray],
+                  complete: bool = True) -> InferResponse:
+        """The response built from a model's outputs; ``complete``: every requested output must be there
+        (a decoupled model's responses may each carry some of them)."""
         spec = model.spec
         wanted = _in_config_order(spec, request.outputs) or [RequestedOutput(n) for n in _output_names(spec, arrays)]
         outputs: list[InferTensor] = []
         for requested in wanted:
             array = arrays.get(requested.name)
+            if array is None and not complete:
+                continue
             if array is None:
                 raise InternalError(f"model '{spec.name}' did not produce output '{requested.name}'")
             declared = spec.output(requested.name)
@@ -156,6 +202,7 @@ class InferenceService:
             model_version=str(model.version),
             id=request.id,
             outputs=outputs,
+            parameters=dict(getattr(arrays, "parameters", {})),
         )
 
 

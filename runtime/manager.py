@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from handlers import HandlerContext
+from handlers.base import ServerServices
 from runtime.config import ModelSpec, parse_model_config_json
 from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
 from runtime.model import UNLOADED, ModelState, ModelVersion
@@ -59,6 +60,7 @@ class ModelManager:
         self._model_locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task] = set()
         self.drain_incomplete = False  # some retired version still had requests in flight at its deadline
+        self.services: ServerServices | None = None  # what models may call (BLS, ...); set by the core
 
     # -- loading and reloading -------------------------------------------------
     async def load_all(self) -> None:
@@ -184,6 +186,7 @@ class ModelManager:
                 device_id=device_id,
                 instance_name=instance_name,
                 kind=kind,
+                services=self.services,
             )
             for index, (instance_name, kind, device_id) in enumerate(_instances(spec))
         ]

@@ -158,10 +158,15 @@ def render_metrics(registry: CollectorRegistry) -> bytes:
         lines.append(f"# HELP {metric.name} {_escape(metric.documentation, quotes=False)}")
         lines.append(f"# TYPE {metric.name} {metric.type}")
         for sample in metric.samples:
-            labels = ",".join(f'{key}="{_escape(value)}"' for key, value in sorted(sample.labels.items()))
+            labels = ",".join(f'{key}="{_escape(value)}"' for key, value in _label_order(sample.labels))
             lines.append(f"{sample.name}{{{labels}}} {_number(sample.value)}" if labels
                          else f"{sample.name} {_number(sample.value)}")
     return ("\n".join(lines) + "\n").encode()
+
+
+def _label_order(labels: dict[str, str]) -> list[tuple[str, str]]:
+    """Labels sorted by name, a histogram bucket's ``le`` last (as prometheus-cpp writes them)."""
+    return sorted(labels.items(), key=lambda item: (item[0] == "le", item[0]))
 
 
 def _escape(text: str, quotes: bool = True) -> str:

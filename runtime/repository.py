@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from runtime.config import ModelSpec, parse_model_config
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from runtime.config import ModelSpec, read_model_config, spec_from_config
 from runtime.errors import ModelLoadError
+
+# Completes a model's config as written (Triton's auto-complete: a Python model's auto_complete_config).
+ConfigCompleter = Callable[[ModelConfig, Path], ModelConfig]
+PYTHON_MODEL_FILE = "model.py"
 
 CONFIG_FILE = "config.pbtxt"
 MAX_CONFIG_BYTES = 1 << 20
@@ -23,9 +30,10 @@ def is_model_folder_name(name: str) -> bool:
 class ModelRepository:
     """Reads model folders of a repository on local disk; never follows client input."""
 
-    def __init__(self, root: Path | str, gpu_count: int = 0) -> None:
+    def __init__(self, root: Path | str, gpu_count: int = 0, completer: ConfigCompleter | None = None) -> None:
         self.root = Path(root).resolve()
         self.gpu_count = gpu_count  # KIND_AUTO and default instance groups resolve against it
+        self.completer = completer  # None: configs are used as written, and every model needs one
 
     def model_names(self) -> list[str]:
         if not self.root.is_dir():
@@ -44,8 +52,18 @@ class ModelRepository:
         return self.root / name
 
     def read_spec(self, name: str) -> ModelSpec:
-        """Parse the model's config.pbtxt; ModelLoadError with the reason on failure."""
+        """Parse the model's config.pbtxt, completed by the completer (if any); ModelLoadError with the reason
+        on failure.  With a completer, a Python model (``<N>/model.py``) may come without a config, as in
+        Triton."""
+        config = self._read_config(name)
+        if self.completer is not None:
+            config = self.completer(config, self.model_dir(name))
+        return spec_from_config(config, name, self.gpu_count)
+
+    def _read_config(self, name: str) -> ModelConfig:
         config_path = self.model_dir(name) / CONFIG_FILE
+        if not config_path.exists() and self.completer is not None and self._has_python_model(name):
+            return ModelConfig(name=name, backend="python")
         if not config_path.is_file() or not self._inside(config_path):
             raise ModelLoadError(f"model '{name}': no {CONFIG_FILE}")
         if config_path.stat().st_size > MAX_CONFIG_BYTES:
@@ -54,7 +72,10 @@ class ModelRepository:
             text = config_path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ModelLoadError(f"model '{name}': cannot read {CONFIG_FILE}: {exc.__class__.__name__}") from None
-        return parse_model_config(text, name, self.gpu_count)
+        return read_model_config(text, name)
+
+    def _has_python_model(self, name: str) -> bool:
+        return any((self.model_dir(name) / str(v) / PYTHON_MODEL_FILE).is_file() for v in self.versions_on_disk(name))
 
     def versions_on_disk(self, name: str) -> list[int]:
         folder = self.model_dir(name)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from handlers import ModelHandler, RequestResult, TensorHandler
-from handlers.base import ExecutionTiming
+from handlers.base import RESCHEDULE, ExecutionTiming
 from runtime.config import ModelSpec
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
 from runtime.stats import ModelStatistics
@@ -44,6 +44,7 @@ class _Item:
     future: asyncio.Future
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
     dispatched_ns: int = 0
+    instance: ModelHandler | None = None  # the instance executing it, while it executes
 
 
 def _signature(request: InferRequest, batched: bool) -> tuple:
@@ -113,7 +114,9 @@ class Scheduler:
             else:
                 result = await item.future
         except asyncio.CancelledError:
-            self._abandon(item)  # the client went away: never run it
+            self._abandon(item)  # the client went away: never run it, or tell the model it left
+            if item.instance is not None:
+                item.instance.cancel(item.request)
             raise
         return result, item.dispatched_ns - item.enqueued_ns
 
@@ -235,7 +238,8 @@ class Scheduler:
                 continue
             now = time.perf_counter_ns()
             for item in batch:
-                item.dispatched_ns = now
+                item.dispatched_ns = item.dispatched_ns or now
+                item.instance = instance
             total = sum(item.batch_size for item in batch)
             started = time.perf_counter_ns()
             try:
@@ -256,9 +260,18 @@ class Scheduler:
             seconds = elapsed / 1e9
             self._exec_seconds = seconds if self._exec_seconds is None else (
                 (1 - _EWMA) * self._exec_seconds + _EWMA * seconds)
+            rescheduled = False
             for item, result in zip(batch, results, strict=True):
-                if not item.future.done():
+                item.instance = None
+                if item.future.done():
+                    continue
+                if result is RESCHEDULE:  # the model asked to see it again in a later batch
+                    self._queue.append(item)
+                    rescheduled = True
+                else:
                     item.future.set_result(result)
+            if rescheduled:
+                self._arrival.set()
 
     def _execute(self, instance: ModelHandler, batch: list[_Item]) -> list[RequestResult]:
         """Runs in a worker thread: one execution for the whole batch."""

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from handlers.python.auto_complete import complete_config
 from runtime.auth import TokenAuth
 from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
@@ -50,6 +51,7 @@ class ServerOptions:
     grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
     server_name: str = "triton"
     strict_readiness: bool = True
+    auto_complete_config: bool = True  # config-less Python models; a model's auto_complete_config runs
     auth_token: str | None = None
     auth_exempt_health: bool = True
     shutdown_timeout: float = 30.0
@@ -78,7 +80,8 @@ class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.manager = ModelManager(
-            ModelRepository(options.model_repository, gpu_count() if options.use_gpu else 0),
+            ModelRepository(options.model_repository, gpu_count() if options.use_gpu else 0,
+                            completer=complete_config if options.auto_complete_config else None),
             use_gpu=options.use_gpu,
             drain_timeout=options.shutdown_timeout,
             max_queue_size=options.default_max_queue_size,
@@ -95,6 +98,7 @@ class Server:
         unload, all within ``shutdown_timeout``; what still runs then is cut off (exit code 3).
         """
         options = self.options
+        self.service.loop = asyncio.get_running_loop()
         auth = TokenAuth(options.auth_token) if options.auth_token else None
         if auth is None:
             logger.warning("no auth token configured: every endpoint is open to anyone who can reach it")

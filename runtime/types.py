@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +41,8 @@ class InferRequest:
     outputs: list[RequestedOutput] = field(default_factory=list)  # empty: all outputs
     parameters: dict[str, Any] = field(default_factory=dict)
     raw_input: bool = False  # a raw binary request: one nameless input whose shape the model's config gives
+    stream: ResponseStream | None = None  # where a decoupled model's responses to this request go
+    bls_chain: tuple[str, ...] = ()  # the models whose executions wait on this request (BLS calls, outermost first)
 
     def input_arrays(self) -> dict[str, np.ndarray]:
         return {tensor.name: tensor.data for tensor in self.inputs}
@@ -51,3 +55,62 @@ class InferResponse:
     id: str
     outputs: list[InferTensor]
     parameters: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelOutputs(dict):
+    """A model's answer to one request: output name -> array, and the response parameters it set."""
+
+    def __init__(self, arrays: Any = (), parameters: dict[str, Any] | None = None) -> None:
+        super().__init__(arrays)
+        self.parameters: dict[str, Any] = parameters or {}
+
+
+@dataclass
+class StreamItem:
+    """One response of a decoupled model: its outputs (or an error, or None for a bare final flag), and
+    whether it is the last one for its request."""
+
+    outputs: ModelOutputs | Exception | None
+    final: bool
+
+
+@dataclass
+class StreamResponse:
+    """One response of a stream as the core hands it to a protocol adapter."""
+
+    response: InferResponse | None  # None: a bare final flag (or an error)
+    error: Exception | None
+    final: bool
+
+
+class ResponseStream:
+    """The responses to one request of a decoupled model, put from any thread, taken on the event loop.
+
+    Nothing is put after the final item: a later put is dropped (the model already ended the request).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[StreamItem] = asyncio.Queue()
+        self._lock = threading.Lock()
+        self.finished = False  # the final item was put
+        self.cancelled = False  # the client went away: the model may check is_cancelled()
+        self.on_cancel: Any = None  # called (on the loop) when the client goes away
+
+    def put(self, item: StreamItem) -> bool:
+        """Queue an item (from any thread); False if the stream had already finished."""
+        with self._lock:
+            if self.finished:
+                return False
+            self.finished = item.final
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        return True
+
+    async def get(self) -> StreamItem:
+        return await self._queue.get()
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            if self.on_cancel is not None:
+                self.on_cancel()

@@ -59,7 +59,7 @@ def test_config_lookup_helpers():
 def test_tensor_request_and_response_objects():
     array = np.arange(6, dtype=np.float32).reshape(2, 3)
     tensor = pb_utils.Tensor("X", array)
-    request = pb_utils.InferenceRequest([tensor], request_id="r1", requested_output_names=["Y"])
+    request = pb_utils.InferenceRequest(inputs=[tensor], request_id="r1", requested_output_names=["Y"])
     assert pb_utils.get_input_tensor_by_name(request, "X").as_numpy() is array
     assert request.get_input_tensor_by_name("missing") is None
     assert request.request_id() == "r1"

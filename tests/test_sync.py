@@ -180,12 +180,15 @@ def test_unreachable_storage_is_a_clear_error(tmp_path):
 
 
 def test_missing_config_and_bad_config(s3, moto_endpoint, bucket, tmp_path):
-    put(s3, bucket, "repo/noconfig/1/model.py", "x")
+    put(s3, bucket, "repo/noconfig/1/model.onnx", "x")
     put(s3, bucket, "repo/badconfig/config.pbtxt", "backend: {")
     put(s3, bucket, "repo/badconfig/1/model.py", "x")
+    for version in (1, 2):  # a Python model may come without a config, as in Triton: the newest version only
+        put(s3, bucket, f"repo/python_only/{version}/model.py", "x")
     reports = make_sync(moto_endpoint, bucket, tmp_path / "cache").sync()
     assert "no config.pbtxt" in reports["noconfig"].error
     assert "syntax error" in reports["badconfig"].error
+    assert not reports["python_only"].error and reports["python_only"].selected == 1
 
 
 def test_location_parsing_and_key_checks():

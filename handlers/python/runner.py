@@ -1,23 +1,31 @@
-"""Runs a TritonPythonModel: import, initialize, execute, finalize (in whichever process hosts it)."""
+"""Runs a TritonPythonModel: import, initialize, execute (sync or ``async def``, default or decoupled mode),
+finalize, in whichever process hosts it.  Tensors arrive and leave as numpy arrays; how they travel is the
+caller's business (shared memory for a worker process, nothing for a model run in the server process).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import importlib.util
+import inspect
 import logging
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
 from runtime.errors import ModelLoadError, Status
-from runtime.types import InferRequest
 
 logger = logging.getLogger(__name__)
 
-_STATUS_BY_TRITON_CODE = {
+STATUS_BY_TRITON_CODE = {
+    pb_utils.TritonError.UNKNOWN: Status.INTERNAL,
+    pb_utils.TritonError.INTERNAL: Status.INTERNAL,
     pb_utils.TritonError.INVALID_ARG: Status.INVALID_ARG,
     pb_utils.TritonError.NOT_FOUND: Status.NOT_FOUND,
     pb_utils.TritonError.UNAVAILABLE: Status.UNAVAILABLE,
@@ -25,12 +33,17 @@ _STATUS_BY_TRITON_CODE = {
     pb_utils.TritonError.ALREADY_EXISTS: Status.ALREADY_EXISTS,
     pb_utils.TritonError.CANCELLED: Status.CANCELLED,
 }
+TRITON_CODE_BY_STATUS = {status: code for code, status in STATUS_BY_TRITON_CODE.items()
+                         if code != pb_utils.TritonError.UNKNOWN}
 _import_lock = threading.Lock()
+# The models whose executions wait on the request being executed (a context variable: it follows ``async def
+# execute`` and ``async_exec`` across threads), so that BLS calls that could only wait forever are refused.
+BLS_CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("bls_chain", default=())
 
-# A request as it crosses the process boundary: (inputs, id, requested outputs, parameters).
-RequestPayload = tuple[list[tuple[str, np.ndarray]], str, list[str], dict]
-# A result: ("ok", {name: array}) or ("error", message, status value).
-ResultPayload = tuple
+
+async def _in_chain(coroutine: Any, chain: tuple[str, ...]) -> Any:
+    BLS_CHAIN.set(chain)
+    return await coroutine
 
 
 @dataclass(frozen=True)
@@ -41,97 +54,189 @@ class RunnerSpec:
     model_path: str
     version_dir: str
     args: dict[str, str]
+    decoupled: bool = False
 
 
-def request_payload(request: InferRequest) -> RequestPayload:
-    return (
-        [(t.name, t.data) for t in request.inputs],
-        request.id,
-        [o.name for o in request.outputs],
-        dict(request.parameters),
-    )
+@dataclass
+class RequestData:
+    """One request as the model sees it (tensors as arrays)."""
+
+    key: Any
+    inputs: list[tuple[str, np.ndarray]]
+    request_id: str = ""
+    outputs: list[str] = field(default_factory=list)
+    parameters: str = "{}"
+    correlation_id: int | str = 0
+    flags: int = 0
+    timeout: int = 0
 
 
-def _error(message: str, status: Status = Status.INTERNAL) -> ResultPayload:
+# A model's answer for one request: ("ok", [(name, array)], parameters json) or ("error", message, status value)
+Result = tuple
+
+
+def error_result(message: str, status: Status = Status.INTERNAL) -> Result:
     return ("error", message, status.value)
+
+
+def response_result(response: pb_utils.InferenceResponse, model: str) -> Result:
+    """A pb_utils.InferenceResponse as a transportable result."""
+    if not isinstance(response, pb_utils.InferenceResponse):
+        return error_result(f"model '{model}' returned a {type(response).__name__}, not an InferenceResponse")
+    if response.has_error():
+        error = response.error()
+        return error_result(error.message(), STATUS_BY_TRITON_CODE.get(error.code(), Status.INTERNAL))
+    outputs = []
+    for tensor in response.output_tensors():
+        array = tensor.as_numpy()
+        outputs.append((tensor.name(), np.asarray(array)))
+    return ("ok", outputs, response.parameters())
+
+
+def import_model(spec: RunnerSpec) -> ModuleType:
+    module_name = f"_triton_model_{spec.model_name}_{spec.version}_{spec.instance_index}"
+    module_spec = importlib.util.spec_from_file_location(module_name, spec.model_path)
+    if module_spec is None or module_spec.loader is None:
+        raise ModelLoadError("cannot import model.py")
+    module = importlib.util.module_from_spec(module_spec)
+    with _import_lock:  # sys.path is process-wide
+        sys.path.insert(0, spec.version_dir)
+        try:
+            module_spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001 - user code can raise anything, SystemExit too
+            raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from None
+        finally:
+            sys.path.remove(spec.version_dir)
+    return module
+
+
+def model_class(spec: RunnerSpec) -> type:
+    cls = getattr(import_model(spec), "TritonPythonModel", None)
+    if cls is None:
+        raise ModelLoadError("Internal: AttributeError: module 'model' has no attribute 'TritonPythonModel'")
+    return cls
+
+
+def auto_complete(spec: RunnerSpec, config: dict) -> dict:
+    """Run the model's ``auto_complete_config`` on its config; the config it returns."""
+    cls = model_class(spec)
+    completer = getattr(cls, "auto_complete_config", None)
+    if completer is None:
+        return config
+    try:
+        result = completer(pb_utils.ModelConfig(config))
+    except Exception as exc:  # noqa: BLE001 - user code
+        raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from None
+    if not isinstance(result, pb_utils.ModelConfig):
+        raise ModelLoadError("auto_complete_config must return the pb_utils.ModelConfig it was given")
+    return result.as_dict()
 
 
 class ModelRunner:
     """The user's model object and the Triton calling conventions around it."""
 
-    def __init__(self, spec: RunnerSpec) -> None:
+    def __init__(self, spec: RunnerSpec, host: pb_utils.Host, thread_only: bool = False) -> None:
         self.spec = spec
-        self.model = None
+        self.host = host
+        self.thread_only = thread_only  # several models share this process (in-process isolation)
+        self.model: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # runs async execute coroutines
 
-    def _import(self) -> ModuleType:
-        spec = self.spec
-        module_name = f"_triton_model_{spec.model_name}_{spec.version}_{spec.instance_index}"
-        module_spec = importlib.util.spec_from_file_location(module_name, spec.model_path)
-        if module_spec is None or module_spec.loader is None:
-            raise ModelLoadError("cannot import model.py")
-        module = importlib.util.module_from_spec(module_spec)
-        with _import_lock:  # sys.path is process-wide
-            sys.path.insert(0, spec.version_dir)
-            try:
-                module_spec.loader.exec_module(module)
-            except BaseException as exc:  # noqa: BLE001 - user code can raise anything, SystemExit too
-                raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from None
-            finally:
-                sys.path.remove(spec.version_dir)
-        return module
+    @property
+    def name(self) -> str:
+        return self.spec.args.get("model_instance_name") or self.spec.model_name
 
     def load(self) -> None:
-        model_class = getattr(self._import(), "TritonPythonModel", None)
-        if model_class is None:
-            raise ModelLoadError("Internal: AttributeError: module 'model' has no attribute 'TritonPythonModel'")
+        pb_utils._install_host(self.host, self.thread_only)
+        cls = model_class(self.spec)
         try:
-            self.model = model_class()
+            self.model = cls()
             if hasattr(self.model, "initialize"):
                 self.model.initialize(dict(self.spec.args))
         except Exception as exc:  # noqa: BLE001
             raise ModelLoadError(f"Internal: {type(exc).__name__}: {exc}") from None
+        if inspect.iscoroutinefunction(getattr(self.model, "execute", None)):
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self.loop.run_forever, daemon=True, name="async-execute").start()
 
-    def execute(self, payloads: list[RequestPayload]) -> list[ResultPayload]:
-        name = self.spec.model_name
-        requests = [
-            pb_utils.InferenceRequest(
-                inputs=[pb_utils.Tensor(n, a) for n, a in inputs],
-                request_id=request_id,
-                requested_output_names=outputs,
-                parameters=parameters,
-                model_name=name,
-                model_version=self.spec.version,
+    def requests(self, batch: list[RequestData]) -> list[pb_utils.InferenceRequest]:
+        return [
+            pb_utils.InferenceRequest._received(
+                data.key, self.host, [pb_utils.Tensor(n, a) for n, a in data.inputs], data.request_id,
+                data.outputs, data.parameters, self.spec.model_name, self.spec.version, data.correlation_id,
+                data.flags, data.timeout,
             )
-            for inputs, request_id, outputs, parameters in payloads
+            for data in batch
         ]
+
+    def execute(self, batch: list[RequestData], chain: tuple[str, ...] = ()) -> list[Result] | None:
+        """Default mode: one result per request.  Decoupled mode: None once ``execute`` returned (responses go
+        through the requests' senders); an error result per request if it raised.  ``chain``: the models
+        whose executions wait on this batch (BLS callers)."""
+        pb_utils._install_host(self.host, self.thread_only)
+        BLS_CHAIN.set(chain)
+        requests = self.requests(batch)
         try:
-            responses = self.model.execute(requests)
+            outcome = self.model.execute(requests)
+            if inspect.iscoroutine(outcome) and self.loop is not None:
+                if self.spec.decoupled:  # runs beside later requests on this instance's loop, as in Triton
+                    future = asyncio.run_coroutine_threadsafe(_in_chain(outcome, chain), self.loop)
+                    future.add_done_callback(lambda done: self._async_finished(done, requests))
+                    return None
+                outcome = asyncio.run_coroutine_threadsafe(_in_chain(outcome, chain), self.loop).result()
         except Exception as exc:  # noqa: BLE001 - user code
-            logger.warning("model '%s' execute raised %s: %s", name, type(exc).__name__, exc)
-            instance = self.spec.args.get("model_instance_name", name)
-            message = (f"Failed to process the request(s) for model '{instance}', message: "
-                       f"{type(exc).__name__}: {exc}")
-            return [_error(message)] * len(requests)
+            return self._failed(exc, len(requests))
+        if self.spec.decoupled:
+            if outcome is not None:
+                logger.warning("model '%s': a decoupled model's execute should return None", self.spec.model_name)
+            return None
+        return self._results(outcome, requests)
+
+    def _failed(self, exc: Exception, count: int) -> list[Result]:
+        logger.warning("model '%s' execute raised %s: %s", self.spec.model_name, type(exc).__name__, exc)
+        message = f"Failed to process the request(s) for model '{self.name}', message: {type(exc).__name__}: {exc}"
+        return [error_result(message)] * count
+
+    def _async_finished(self, done: Any, requests: list[pb_utils.InferenceRequest]) -> None:
+        exc = done.exception()
+        if exc is None:
+            return
+        message = self._failed(exc, 1)[0][1]  # the coroutine failed: its requests end with that error
+        for request in requests:
+            try:
+                request.get_response_sender().send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+                                                   pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            except pb_utils.TritonModelException:
+                pass  # it had already sent its final response
+
+    def _results(self, responses: Any, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
+        name = self.spec.model_name
+        if inspect.iscoroutine(responses):
+            responses.close()
+            return [error_result(f"model '{name}' execute returned a coroutine that was never awaited")] * len(
+                requests)
         if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
             count = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
-            return [_error(f"model '{name}' execute returned {count} responses for {len(requests)} requests")] * len(
-                requests
-            )
-        return [self._result(response) for response in responses]
-
-    def _result(self, response: object) -> ResultPayload:
-        if not isinstance(response, pb_utils.InferenceResponse):
-            return _error(f"model '{self.spec.model_name}' returned a {type(response).__name__}, "
-                          "not an InferenceResponse")
-        if response.has_error():
-            error = response.error()
-            return _error(error.message(), _STATUS_BY_TRITON_CODE.get(error.code(), Status.INTERNAL))
-        return ("ok", {tensor.name(): np.asarray(tensor.as_numpy()) for tensor in response.output_tensors()})
+            return [error_result(f"model '{name}' execute returned {count} responses for {len(requests)} "
+                                 "requests")] * len(requests)
+        results = []
+        for request, response in zip(requests, responses, strict=True):
+            if response is None and request._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                results.append(None)  # rescheduled: it comes back in a later batch
+            elif response is None:
+                results.append(error_result(f"model '{name}' returned None for a request it did not reschedule"))
+            else:
+                results.append(response_result(response, name))
+        return results
 
     def finalize(self) -> None:
         if self.model is not None and hasattr(self.model, "finalize"):
+            pb_utils._install_host(self.host, self.thread_only)
             try:
                 self.model.finalize()
             except Exception as exc:  # noqa: BLE001
                 logger.warning("model '%s' finalize raised %s: %s", self.spec.model_name, type(exc).__name__, exc)
         self.model = None
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+

@@ -1,75 +1,179 @@
-"""A Python-backend worker process: hosts one model instance and answers messages over a pipe.
+"""A Python-backend worker process: hosts one model instance, talks to the server over one connection.
 
-The worker runs in a session of its own, so signals meant for the server's process group
-(Ctrl-C in a terminal, ``timeout``) reach only the server, which drains and then asks each
-worker to finalize.  A worker whose server is gone exits on its own, even while user code is
-busy: it never outlives the server.
+The worker runs in a session of its own, so signals meant for the server's process group (Ctrl-C in a
+terminal, ``timeout``) reach only the server, which drains and then asks each worker to finalize.  A
+worker whose server is gone exits on its own, even while user code is busy: it never outlives the server.
+
+Threads: the main thread runs ``execute``; a reader thread takes every message from the server (work for
+the main thread, replies to BLS and other calls, released memory, cancellations); models may add their own
+(decoupled senders).  Tensors travel through shared memory (see ``transport.py``).
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import itertools
 import os
+import queue
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
 
-from handlers.python.runner import ModelRunner, RunnerSpec
-from runtime.errors import ModelLoadError
+import triton_python_backend_utils as pb_utils
+from handlers.python.runner import (
+    BLS_CHAIN,
+    ModelRunner,
+    RequestData,
+    Result,
+    RunnerSpec,
+    error_result,
+    response_result,
+)
+from handlers.python.transport import Arena, PeerMemory, TensorRef
+from runtime.datatypes import datatype_of
+from runtime.errors import ModelLoadError, Status
 
 _PARENT_CHECK_SECONDS = 0.5
 
 
-class WorkerProcess:
-    """The server's handle on one worker process."""
+def encode_result(result: Result | None, arena: Arena) -> Any:
+    """A result with its arrays written into ``arena`` (arrays become TensorRefs)."""
+    if result is None or result[0] != "ok":
+        return result
+    _, outputs, parameters = result
+    return ("ok", [arena.write(name, array, datatype_of(array)) for name, array in outputs], parameters)
 
-    def __init__(self, spec: RunnerSpec) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.connection, child = context.Pipe()
-        self.process = context.Process(target=worker_main, args=(child, spec, os.getpid()), daemon=True,
-                                       name=f"triton-python-{spec.model_name}")
-        self.process.start()
-        child.close()
 
-    def wait_ready(self, timeout: float) -> None:
-        """Wait for the model to load; ModelLoadError with the reason if it does not."""
-        try:
-            if not self.connection.poll(timeout):
-                raise ModelLoadError(f"the worker did not start within {timeout:.0f}s")
-            kind, detail = self.connection.recv()
-        except (EOFError, OSError):
-            raise ModelLoadError(f"the worker process {self.exit_description()} while loading") from None
-        if kind != "ready":
-            raise ModelLoadError(detail)
+def decode_result(result: Any, memory: PeerMemory, copy: bool) -> tuple[Any, list[TensorRef]]:
+    """A result whose TensorRefs are read back into arrays; also the refs (to release)."""
+    if result is None or result[0] != "ok":
+        return result, []
+    _, refs, parameters = result
+    return ("ok", [(ref.name, memory.array(ref, copy=copy)) for ref in refs], parameters), list(refs)
 
-    @property
-    def alive(self) -> bool:
-        return self.process.exitcode is None and self.process.is_alive()
 
-    def call(self, message: tuple, timeout: float) -> Any:
-        """Send a message and wait for the answer; raises ConnectionError or TimeoutError."""
-        try:
+class _Calls:
+    """Replies the worker waits for, by call id."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def open(self, streaming: bool = False) -> tuple[int, Any]:
+        waiter: Any = queue.SimpleQueue() if streaming else Future()
+        call_id = next(self._ids)
+        with self._lock:
+            self._pending[call_id] = waiter
+        return call_id, waiter
+
+    def deliver(self, call_id: int, payload: Any, final: bool = True) -> None:
+        with self._lock:
+            waiter = self._pending.pop(call_id, None) if final else self._pending.get(call_id)
+        if isinstance(waiter, Future):
+            waiter.set_result(payload)
+        elif waiter is not None:
+            waiter.put((payload, final))
+
+    def fail_all(self, reason: str) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            payload = ("error", reason, Status.UNAVAILABLE.value)
+            waiter.set_result(payload) if isinstance(waiter, Future) else waiter.put((payload, True))
+
+
+class WorkerHost:
+    """What a model in a worker process calls out to: the server, over the connection."""
+
+    def __init__(self, connection: Connection, spec: RunnerSpec, parent_pid: int) -> None:
+        self.connection = connection
+        self.spec = spec
+        self.parent_pid = parent_pid
+        self.arena = Arena()  # tensors this worker sends: outputs, BLS inputs
+        self.server_memory = PeerMemory()  # tensors the server sends: inputs, BLS outputs
+        self.calls = _Calls()
+        self.cancelled: set[Any] = set()
+        self._send_lock = threading.Lock()
+
+    def send_message(self, message: tuple) -> None:
+        with self._send_lock:
+            self.arena.announce(self.connection, self.parent_pid)
             self.connection.send(message)
-            if self.connection.poll(timeout):
-                return self.connection.recv()
-        except (EOFError, OSError) as exc:
-            raise ConnectionError(str(exc) or type(exc).__name__) from None
-        raise TimeoutError(f"no answer within {timeout:g}s")
 
-    def exit_description(self) -> str:
-        self.process.join(timeout=1)
-        code = self.process.exitcode
-        if code is None:
-            return "did not answer"
-        return f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+    # -- pb_utils.Host ---------------------------------------------------------------------------------------
+    def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        refs = [self.arena.write(t.name(), t.as_numpy(), datatype_of(t.as_numpy())) for t in request.inputs()]
+        message = {
+            "model_name": request.model_name(), "model_version": request.model_version(),
+            "inputs": refs, "outputs": request.requested_output_names(), "request_id": request.request_id(),
+            "parameters": request.parameters(), "correlation_id": request.correlation_id(),
+            "flags": request.flags(), "timeout": request.timeout(), "chain": (*BLS_CHAIN.get(), self.spec.model_name),
+        }
+        call_id, waiter = self.calls.open(streaming=decoupled)
+        self.send_message(("bls", call_id, message, decoupled))
+        if not decoupled:
+            return self._bls_response(waiter.result())
+        return self._bls_stream(waiter)
 
-    def kill(self) -> None:
-        """Kill the process (if alive) and release its pipe; safe to call more than once."""
-        if self.process.exitcode is None:
-            self.process.kill()
-        self.process.join(timeout=5)
-        self.connection.close()
+    def _bls_response(self, payload: Any) -> pb_utils.InferenceResponse:
+        result, refs = decode_result(payload, self.server_memory, copy=True)
+        if refs:
+            self.send_message(("release", refs))
+        if result[0] == "ok":
+            return pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in result[1]], parameters=result[2])
+        from handlers.python.runner import TRITON_CODE_BY_STATUS
+
+        code = TRITON_CODE_BY_STATUS.get(Status(result[2]), pb_utils.TritonError.INTERNAL)
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(result[1], code))
+
+    def _bls_stream(self, waiter: queue.SimpleQueue) -> Iterator[pb_utils.InferenceResponse]:
+        while True:
+            payload, final = waiter.get()
+            if payload is not None:
+                yield self._bls_response(payload)
+            if final:
+                return
+
+    def send(self, key: Any, response: pb_utils.InferenceResponse | None, flags: int) -> None:
+        result = None if response is None else response_result(response, self.spec.model_name)
+        if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self.cancelled.discard(key)
+        try:
+            encoded = encode_result(result, self.arena)
+        except (MemoryError, ValueError, TypeError) as exc:
+            encoded = error_result(f"cannot send the response: {type(exc).__name__}: {exc}")
+        self.send_message(("response", key, encoded, flags))
+
+    def is_cancelled(self, key: Any) -> bool:
+        return key in self.cancelled
+
+    def reschedule(self, key: Any) -> None:
+        self.send_message(("reschedule", key))
+
+    def log(self, level: str, message: str) -> None:
+        self.send_message(("log", level, message))
+
+    def metric(self, operation: str, *arguments: Any) -> Any:
+        if operation != "value":
+            self.send_message(("metric", None, operation, arguments))
+            return None
+        call_id, waiter = self.calls.open()
+        self.send_message(("metric", call_id, operation, arguments))
+        return self._reply(waiter.result())
+
+    def control(self, operation: str, *arguments: Any) -> Any:
+        call_id, waiter = self.calls.open()
+        self.send_message(("control", call_id, operation, arguments))
+        return self._reply(waiter.result())
+
+    @staticmethod
+    def _reply(payload: Any) -> Any:
+        if isinstance(payload, tuple) and payload and payload[0] == "error":
+            raise pb_utils.TritonModelException(payload[1])
+        return payload[1] if isinstance(payload, tuple) else payload
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
@@ -79,25 +183,84 @@ def _exit_when_orphaned(parent_pid: int) -> None:
             os._exit(0)
 
 
-def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> None:
-    """The worker process: load the model, then answer execute/finalize messages."""
-    os.setsid()
-    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True, name="parent-watch").start()
-    try:
-        runner = ModelRunner(spec)
-        runner.load()
-    except ModelLoadError as exc:
-        connection.send(("error", str(exc)))
-        return
-    connection.send(("ready", None))
+def _read(host: WorkerHost, work: queue.SimpleQueue) -> None:
+    """The reader thread: everything the server sends."""
+    connection = host.connection
     while True:
         try:
             message = connection.recv()
         except (EOFError, OSError):
+            host.calls.fail_all("the server went away")
+            work.put(("finalize",))
             return
+        kind = message[0]
+        if kind == "segment":
+            host.server_memory.receive_segment(connection, message[1], message[2])
+        elif kind == "release":
+            host.arena.free(message[1])
+        elif kind == "reply":
+            host.calls.deliver(message[1], message[2], message[3])
+        elif kind == "cancel":
+            host.cancelled.add(message[1])
+        else:
+            work.put(message)
+
+
+def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list) -> None:
+    batch = [RequestData(key=key, inputs=[(ref.name, host.server_memory.array(ref)) for ref in refs],
+                         request_id=request_id, outputs=outputs, parameters=parameters, correlation_id=correlation,
+                         flags=flags, timeout=timeout)
+             for key, refs, request_id, outputs, parameters, correlation, flags, timeout, _ in requests]
+    try:
+        results = runner.execute(batch, max((tuple(request[8]) for request in requests), key=len, default=()))
+    except BaseException as exc:  # noqa: BLE001 - never lose the batch, whatever happened
+        results = [error_result(f"execute failed: {type(exc).__name__}: {exc}")] * len(batch)
+    if results is None:
+        host.send_message(("executed", batch_id))
+        return
+    for data in batch:
+        host.cancelled.discard(data.key)
+    try:
+        encoded = [encode_result(result, host.arena) for result in results]
+    except (MemoryError, ValueError, TypeError) as exc:
+        encoded = [error_result(f"cannot return the outputs: {type(exc).__name__}: {exc}")] * len(batch)
+    host.send_message(("results", batch_id, encoded))
+
+
+def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> None:
+    """The worker process: load the model, then execute what the server sends until told to finalize."""
+    os.setsid()
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True, name="parent-watch").start()
+    host = WorkerHost(connection, spec, parent_pid)
+    work: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_read, args=(host, work), daemon=True, name="reader").start()
+    runner = ModelRunner(spec, host)
+    try:
+        runner.load()
+    except ModelLoadError as exc:
+        host.send_message(("error", str(exc)))
+        return
+    host.send_message(("ready", None))
+    while True:
+        message = work.get()
         if message[0] == "execute":
-            connection.send(runner.execute(message[1]))
+            _execute(runner, host, message[1], message[2])
         elif message[0] == "finalize":
             runner.finalize()
-            connection.send(("done", None))
+            try:
+                host.send_message(("finalized", None))
+            except OSError:
+                pass
             return
+
+
+def auto_complete_main(connection: Connection, spec: RunnerSpec, config: dict) -> None:
+    """A short-lived process that runs ``auto_complete_config`` (user code never runs in the server)."""
+    os.setsid()
+    from handlers.python.runner import auto_complete
+
+    try:
+        connection.send(("ok", auto_complete(spec, config)))
+    except ModelLoadError as exc:
+        connection.send(("error", str(exc)))
+

@@ -12,6 +12,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from runtime.core import InferenceService
 from runtime.errors import InvalidArgument, ServingError, Status, Unsupported
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
+from runtime.types import InferRequest, StreamResponse
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ GRPC_STATUS = {
 
 
 FINAL_RESPONSE = "triton_final_response"  # marks each stream response that ends its request
+# A request parameter: send the bare final flag of a decoupled model as an empty response of its own.
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 # Status details travel percent-encoded in a trailer; clients refuse trailers past 8 KiB in all.
 MAX_DETAILS_BYTES = 1024
 
@@ -78,6 +81,34 @@ def _unary(method):
 
     wrapper.__name__ = method.__name__
     return wrapper
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"parameter '{EMPTY_FINAL_RESPONSE}' must be a bool")
+    return value
+
+
+def _stream_message(item: StreamResponse, request: InferRequest,
+                    empty_final: bool) -> service_pb2.ModelStreamInferResponse | None:
+    """One response of a stream as its message (None: a bare final flag the client did not ask to see)."""
+    if item.error is not None:
+        error = item.error
+        text = error.message if isinstance(error, ServingError) else "internal server error"
+        failed = service_pb2.ModelInferResponse()
+        if getattr(error, "executed", False):  # as Triton: a response was being built when the model failed
+            failed.model_name = request.model_name
+            failed.parameters[FINAL_RESPONSE].bool_param = item.final
+        return service_pb2.ModelStreamInferResponse(error_message=details(text), infer_response=failed)
+    if item.response is None:
+        if not empty_final:
+            return None
+        # as Triton: the id and model name, no version, no outputs
+        response = service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
+    else:
+        response = encode_infer_response(item.response)
+    response.parameters[FINAL_RESPONSE].bool_param = item.final
+    return service_pb2.ModelStreamInferResponse(infer_response=response)
 
 
 def _require_default_repository(request) -> None:
@@ -131,40 +162,47 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @_unary
     async def ModelInfer(self, request, context):
+        if self.service.is_decoupled(request.model_name, request.model_version):
+            raise Unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
         response = await self.service.infer(decode_infer_request(request))
         return encode_infer_response(response)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
-        """Each request runs as it arrives; responses (or error_message) stream back as they finish.
+        """Each request runs as it arrives; its responses (one, or any number from a decoupled model, each
+        marked ``triton_final_response``) or its error stream back as they come.
 
-        At most ``stream_max_in_flight`` requests of one stream are running or answered but not yet
-        sent: past that, the stream is not read until the client takes its responses (HTTP/2 flow
-        control then holds the client back), so a client that never reads cannot grow the server.
+        At most ``stream_max_in_flight`` requests of one stream are running or not yet fully sent: past
+        that, the stream is not read until the client takes its responses (HTTP/2 flow control then holds
+        the client back), so a client that never reads cannot grow the server.
         """
-        results: asyncio.Queue = asyncio.Queue()
+        results: asyncio.Queue = asyncio.Queue()  # (message or None, whether it ends its request); None: done
         slots = asyncio.Semaphore(self.stream_max_in_flight)
         pending: set[asyncio.Task] = set()
 
         async def run(message: service_pb2.ModelInferRequest | Undecodable) -> None:
             if isinstance(message, Undecodable):
-                await results.put(service_pb2.ModelStreamInferResponse(error_message=message.error.message))
+                await results.put((service_pb2.ModelStreamInferResponse(error_message=message.error.message), True))
                 return
+            ended = False
             try:
-                response = encode_infer_response(await self.service.infer(decode_infer_request(message)))
-                response.parameters[FINAL_RESPONSE].bool_param = True
-                await results.put(service_pb2.ModelStreamInferResponse(infer_response=response))
-            except ServingError as exc:
-                failed = service_pb2.ModelInferResponse()
-                if exc.executed:  # as Triton: a response was being built when the model failed
-                    failed.model_name = message.model_name
-                    failed.parameters[FINAL_RESPONSE].bool_param = True
-                await results.put(service_pb2.ModelStreamInferResponse(error_message=details(exc.message),
-                                                                       infer_response=failed))
+                request = decode_infer_request(message)
+                empty_final = _flag(request.parameters.pop(EMPTY_FINAL_RESPONSE, False))
+                async for item in self.service.infer_stream(request):
+                    ended = item.final
+                    await results.put((_stream_message(item, request, empty_final), item.final))
+            except ServingError as exc:  # as Triton: with an empty response beside the error
+                await results.put((service_pb2.ModelStreamInferResponse(
+                    error_message=details(exc.message), infer_response=service_pb2.ModelInferResponse()), True))
+                ended = True
             except Exception:  # noqa: BLE001
                 logger.exception("unexpected error in ModelStreamInfer")
-                await results.put(service_pb2.ModelStreamInferResponse(error_message="internal server error"))
+                await results.put((service_pb2.ModelStreamInferResponse(error_message="internal server error"), True))
+                ended = True
+            finally:
+                if not ended:  # cancelled: free the slot all the same
+                    results.put_nowait((None, True))
 
         async def read_all() -> None:
             iterator = request_iterator.__aiter__()
@@ -182,9 +220,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         reader = asyncio.create_task(read_all())
         try:
-            while (item := await results.get()) is not None:
-                yield item
-                slots.release()
+            while (entry := await results.get()) is not None:
+                message, ends_request = entry
+                if message is not None:
+                    yield message
+                if ends_request:
+                    slots.release()
         finally:
             reader.cancel()
             for task in list(pending):

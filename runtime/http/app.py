@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
-from runtime.errors import Cancelled, InvalidArgument, ServingError, Status, Unauthenticated
+from runtime.errors import Cancelled, InvalidArgument, ServingError, Status, Unauthenticated, Unsupported
 from runtime.http.body import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_JSON_BUDGET_BYTES,
@@ -31,6 +31,7 @@ from runtime.http.body import (
     receive_body,
 )
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
+from runtime.http.generate import GenerateEndpoints
 from runtime.metrics import CONTENT_TYPE, metrics_registry, render_metrics
 
 logger = logging.getLogger(__name__)
@@ -131,7 +132,8 @@ class V2Endpoints:
 
     async def infer(self, request: Request) -> Response:
         name, version = self._model(request)
-        self.service.require_model(name, version)  # answered before the body is read
+        if self.service.is_decoupled(name, version):  # answered before the body is read
+            raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
         header_length = request.headers.get(HEADER_LENGTH)
         declared = _declared_json_bytes(request, header_length)
         encoding = request.headers.get("content-encoding", "identity")
@@ -254,6 +256,7 @@ def create_http_app(
 ) -> Starlette:
     """The Starlette application serving the V2 REST protocol."""
     endpoints = V2Endpoints(service, max_body_bytes, body_timeout, json_budget)
+    generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
     versioned = model + "/versions/{model_version:int}"  # Triton's routes take only numbers
     routes = [
@@ -272,6 +275,8 @@ def create_http_app(
             Route(prefix + "/config", endpoints.model_config, methods=["GET"]),
             Route(prefix + "/infer", endpoints.infer, methods=["POST"]),
             Route(prefix + "/stats", endpoints.model_statistics, methods=["GET"]),
+            Route(prefix + "/generate", generate.generate, methods=["POST"]),
+            Route(prefix + "/generate_stream", generate.generate_stream, methods=["POST"]),
         ]
     middleware = [Middleware(TokenAuthMiddleware, auth=auth, exempt_health=exempt_health)] if auth else []
     app = Starlette(
@@ -291,6 +296,7 @@ def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None)
     """Prometheus ``/metrics`` (served on its own port, 8002 by default)."""
 
     registry = metrics_registry(service.manager)
+    registry.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
 
     async def metrics(request: Request) -> Response:
         return Response(render_metrics(registry), media_type=CONTENT_TYPE)

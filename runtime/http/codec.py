@@ -239,6 +239,8 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> tupl
     message: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         message["id"] = response.id
+    if response.parameters:
+        message["parameters"] = response.parameters
     message["outputs"] = outputs
     header = dumps(message)
     if not chunks:

@@ -9,7 +9,7 @@ import struct
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from tests.conformance.harness import GrpcCase, HttpCase, drop, each, replace_at, sort_list
+from tests.conformance.harness import GrpcCase, HttpCase, drop, each, replace_at, server_sent_events, sort_list
 
 A = [1.0, 2.0, 3.0, 4.0]
 B = [1.0, 1.0, 1.0, 1.0]
@@ -222,6 +222,37 @@ HTTP_CASES: list[HttpCase] = [
     HttpCase("http-stats-unknown-model", "GET", "/v2/models/nonexistent/stats"),
     HttpCase("http-stats-failed-model", "GET", "/v2/models/init_raises/stats"),
     HttpCase("http-stats-version-not-loaded", "GET", "/v2/models/versions_latest/versions/1/stats"),
+    # -- the Python-backend API: decoupled models, generate, BLS, async execute, auto-complete -------------------
+    infer("http-infer-decoupled", "repeat", {"inputs": [tensor("IN", [1, 2], "INT32")]}),
+    HttpCase("http-generate-one-response", "POST", "/v2/models/words/generate", {"text_input": "hello"}),
+    HttpCase("http-generate-many-responses", "POST", "/v2/models/words/generate", {"text_input": "hello big world"}),
+    HttpCase("http-generate-plain-model", "POST", "/v2/models/add_sub/generate",
+             {"INPUT0": A, "INPUT1": B, "id": "g", "parameters": {"x": 1}}),
+    HttpCase("http-generate-scalar-input", "POST", "/v2/models/repeat/generate", {"IN": 7}),
+    HttpCase("http-generate-versioned", "POST", "/v2/models/add_sub/versions/1/generate", {"INPUT0": A, "INPUT1": B}),
+    HttpCase("http-generate-missing-input", "POST", "/v2/models/words/generate", {"other": "x"}),
+    HttpCase("http-generate-unknown-model", "POST", "/v2/models/nonexistent/generate", {"IN": 1}),
+    HttpCase("http-generate-not-json", "POST", "/v2/models/words/generate", b"{not json"),
+    HttpCase("http-generate-parameters-not-an-object", "POST", "/v2/models/words/generate",
+             {"text_input": "a", "parameters": 5}),
+    HttpCase("http-generate-get", "GET", "/v2/models/words/generate"),
+    HttpCase("http-generate-stream", "POST", "/v2/models/words/generate_stream", {"text_input": "one two three"},
+             normalize=server_sent_events),
+    HttpCase("http-generate-stream-plain-model", "POST", "/v2/models/add_sub/generate_stream",
+             {"INPUT0": A, "INPUT1": B}, normalize=server_sent_events),
+    HttpCase("http-generate-stream-execute-raises", "POST", "/v2/models/raising/generate_stream", {"IN": 1.0},
+             normalize=server_sent_events),
+    infer("http-bls-to-python-model", "bls", {"inputs": [tensor("TARGET", ["add_sub"], "BYTES"), tensor("A", A)]}),
+    infer("http-bls-to-unknown-model", "bls", {"inputs": [tensor("TARGET", ["nonexistent"], "BYTES"),
+                                                          tensor("A", A)]}),
+    infer("http-bls-to-decoupled-model", "bls", {"inputs": [tensor("TARGET", ["repeat"], "BYTES"), tensor("A", A)]}),
+    infer("http-bls-decoupled-without-flag", "bls", {"inputs": [tensor("TARGET", ["repeat_plain"], "BYTES"),
+                                                                tensor("A", A)]}),
+    infer("http-bls-to-failing-model", "bls", {"inputs": [tensor("TARGET", ["raising"], "BYTES"), tensor("A", A)]}),
+    infer("http-async-execute-with-bls", "async_bls", {"inputs": [tensor("TARGET", [""], "BYTES"), tensor("A", A)]}),
+    HttpCase("http-config-auto-complete", "GET", "/v2/models/auto_complete/config"),
+    HttpCase("http-config-auto-complete-partial", "GET", "/v2/models/auto_complete_partial/config"),
+    infer("http-infer-auto-complete", "auto_complete", {"inputs": [tensor("X", [1.0, 2.0, 3.0], shape=[1, 3])]}),
     # -- model control with control mode none ------------------------------------------------------------
     HttpCase("http-load-without-explicit-mode", "POST", "/v2/repository/models/add_sub/load"),
     HttpCase("http-unload-without-explicit-mode", "POST", "/v2/repository/models/add_sub/unload"),
@@ -274,6 +305,16 @@ def grpc_text(items: list[bytes], typed: bool = False) -> service_pb2.ModelInfer
         tensor_message.contents.bytes_contents.extend(items)
     else:
         request.raw_input_contents.append(bytes_tensor(items))
+    return request
+
+
+def grpc_ints(model: str, values: list[int], request_id: str = "",
+              parameters: dict | None = None) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    request.inputs.add(name="IN", datatype="INT32", shape=[len(values)])
+    request.raw_input_contents.append(np.asarray(values, dtype=np.int32).tobytes())
+    for key, value in (parameters or {}).items():
+        request.parameters[key].bool_param = value
     return request
 
 
@@ -383,6 +424,14 @@ GRPC_CASES: list[GrpcCase] = [
                                                                     grpc_add_sub(request_id="ok")]),
     GrpcCase("grpc-stream-bad-request", "ModelStreamInfer", [grpc_add_sub(a=A[:3], b=B[:3], shape=(3,))]),
     GrpcCase("grpc-stream-execute-raises", "ModelStreamInfer", [grpc_one("raising")]),
+    GrpcCase("grpc-infer-decoupled", "ModelInfer", grpc_ints("repeat", [1, 2])),
+    GrpcCase("grpc-stream-decoupled", "ModelStreamInfer", [grpc_ints("repeat", [4, 5, 6], "r1")]),
+    GrpcCase("grpc-stream-decoupled-empty-final", "ModelStreamInfer",
+             [grpc_ints("repeat", [4, 5], "r1", {"triton_enable_empty_final_response": True})]),
+    GrpcCase("grpc-stream-decoupled-zero-responses", "ModelStreamInfer",
+             [grpc_ints("repeat", [], "r1", {"triton_enable_empty_final_response": True})]),
+    GrpcCase("grpc-stream-empty-final-on-plain-model", "ModelStreamInfer",
+             [grpc_add_sub(request_id="p", parameters={"triton_enable_empty_final_response": True})]),
     GrpcCase("grpc-log-settings", "LogSettings", service_pb2.LogSettingsRequest()),
     GrpcCase("grpc-trace-setting", "TraceSetting", service_pb2.TraceSettingRequest()),
     GrpcCase("grpc-system-shared-memory-status", "SystemSharedMemoryStatus",

@@ -48,6 +48,11 @@ DIFFERENCES: dict[str, str] = {
     "explicit-load-with-a-file": ("Triton accepts model files in a load request ('file:<path>' parameters); loading "
                                   "a model runs its code, so we take models only from the configured repository "
                                   "and refuse such a request (400)"),
+    "http-generate-not-json": TRITON_500,
+    "http-generate-parameters-not-an-object": TRITON_500,
+    "http-generate-many-responses": ("Triton answers 200 with an error body when a generate request gets more than "
+                                     "one response; a client checking the status would take it for a success, so "
+                                     "we answer 400 with Triton's words"),
     "http-metadata-path-traversal": ("Triton matches routes on the undecoded path and echoes '..%2F..' as a model "
                                      "name; we decode %-escapes first, so such a path never reaches a model lookup "
                                      "(404 'Not Found' from the router)"),

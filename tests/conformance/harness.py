@@ -186,3 +186,14 @@ def _remove(value, marker) -> None:
 def sort_list(path: str, key: str = "name") -> Normalize:
     return replace_at(path, lambda items: sorted(items, key=lambda item: json.dumps(item.get(key) if isinstance(
         item, dict) else item, sort_keys=True)) if isinstance(items, list) else items)
+
+
+def server_sent_events(observed: dict) -> dict:
+    """An event-stream body as its events' JSON (``data: {...}`` lines), and whether each event is framed as
+    ``data: <json>\n\n``."""
+    body = observed.get("body")
+    if isinstance(body, str):
+        lines = body.split("\n")
+        events = [json.loads(line[len("data: "):]) for line in lines if line.startswith("data: ")]
+        observed["body"] = {"events": events, "framed": body.count("data: ") == body.count("\n\n") == len(events)}
+    return observed

@@ -115,6 +115,125 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU } ]
 """
 
+# -- the Python-backend API past plain execute: decoupled, BLS, async execute, auto-complete -------------------
+REPEAT = HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            for value in pb_utils.get_input_tensor_by_name(request, "IN").as_numpy():
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([value], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+REPEAT_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+WORDS = HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)[0]
+            sender = request.get_response_sender()
+            for word in text.split():
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("text_output",
+                                                                        np.array([word], dtype=np.object_))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+WORDS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+# Calls TARGET with A (and ones): OUT holds what came back (each response's first value, for a decoupled target),
+# CODE the error code of a failed call (-1 when it succeeded).
+BLS = HEADER + """
+def answer(values, code=-1):
+    return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.asarray(values, np.float32).reshape(-1)),
+                                       pb_utils.Tensor("CODE", np.array([code], np.int32))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [self.call(request) for request in requests]
+
+    def call(self, request):
+        target = pb_utils.get_input_tensor_by_name(request, "TARGET").as_numpy()[0].decode()
+        a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+        if target.startswith("repeat"):
+            inner = pb_utils.InferenceRequest(model_name="repeat", requested_output_names=["OUT"],
+                                              inputs=[pb_utils.Tensor("IN", a.astype(np.int32))])
+            if target == "repeat":
+                values = []
+                for response in inner.exec(decoupled=True):
+                    if response.has_error():
+                        return answer([], int(response.error().code()))
+                    outputs = response.output_tensors()
+                    values.append(outputs[0].as_numpy()[0] if outputs else -1)
+                return answer(values)
+            response = inner.exec()
+        else:
+            inputs = [pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", np.ones_like(a))]
+            response = pb_utils.InferenceRequest(model_name=target, requested_output_names=["OUTPUT0"],
+                                                 inputs=inputs).exec()
+        if response.has_error():
+            return answer([], int(response.error().code()))
+        return answer(response.output_tensors()[0].as_numpy())
+"""
+BLS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "TARGET" data_type: TYPE_STRING dims: [ 1 ] }, { name: "A" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "CODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+ASYNC_BLS = HEADER + """
+import asyncio
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "A").as_numpy()
+            calls = [pb_utils.InferenceRequest(model_name="add_sub", requested_output_names=["OUTPUT0"],
+                                               inputs=[pb_utils.Tensor("INPUT0", a * k),
+                                                       pb_utils.Tensor("INPUT1", np.zeros_like(a))]).async_exec()
+                     for k in (1, 2, 3)]
+            total = sum(r.output_tensors()[0].as_numpy() for r in await asyncio.gather(*calls))
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", total),
+                                                         pb_utils.Tensor("CODE", np.array([-1], np.int32))]))
+        return responses
+"""
+AUTO_COMPLETE = HEADER + """
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [3]})
+        auto_complete_model_config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [3]})
+        auto_complete_model_config.set_max_batch_size(8)
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X")
+                                                            .as_numpy() * 2)]) for r in requests]
+"""
+PARTIAL_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ]
+"""
+
 
 def write(root: Path, name: str, config: str | None, files: dict[str, str]) -> None:
     folder = root / name
@@ -155,4 +274,10 @@ def build_repository(root: Path) -> Path:
     write(root, "init_raises", IDENTITY_CONFIG, {"1/model.py": INIT_RAISES})
     write(root, "syntax_error", IDENTITY_CONFIG, {"1/model.py": SYNTAX_ERROR})
     write(root, "bad_config", 'backend: "python"\nmax_batch_size: {\n', {"1/model.py": ADD_SUB})
+    write(root, "repeat", REPEAT_CONFIG, {"1/model.py": REPEAT})
+    write(root, "words", WORDS_CONFIG, {"1/model.py": WORDS})
+    write(root, "bls", BLS_CONFIG, {"1/model.py": BLS})
+    write(root, "async_bls", BLS_CONFIG, {"1/model.py": ASYNC_BLS})
+    write(root, "auto_complete", None, {"1/model.py": AUTO_COMPLETE})  # no config.pbtxt at all
+    write(root, "auto_complete_partial", PARTIAL_CONFIG, {"1/model.py": AUTO_COMPLETE})
     return root

@@ -1,0 +1,77 @@
+"""Triton's auto-complete for Python models: ``TritonPythonModel.auto_complete_config``.
+
+At load, a model whose ``model.py`` defines ``auto_complete_config`` gets its configuration as written
+(possibly nothing but ``backend: "python"``) and returns it completed: inputs, outputs, max batch size,
+dynamic batching, transaction policy.  The model's code runs in a short-lived process of its own, never
+in the server; a model without the method (found by reading its source, not running it) costs nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from google.protobuf import json_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from handlers.python.link import run_auto_complete
+from handlers.python.runner import RunnerSpec
+from runtime.config import config_to_json_dict
+from runtime.errors import ModelLoadError
+from runtime.repository import PYTHON_MODEL_FILE, is_version_folder_name
+
+AUTO_COMPLETE_TIMEOUT = 120.0
+
+
+def _model_file(config: ModelConfig, model_dir: Path) -> Path | None:
+    """The newest version's model file (what Triton's Python backend auto-completes from)."""
+    name = config.default_model_filename or PYTHON_MODEL_FILE
+    versions = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and is_version_folder_name(p.name)),
+                      reverse=True)
+    for version in versions:
+        path = model_dir / str(version) / name
+        if path.is_file() and path.resolve().is_relative_to(model_dir.resolve()):
+            return path
+    return None
+
+
+def defines_auto_complete(source: str) -> bool:
+    """Whether class TritonPythonModel in ``source`` defines auto_complete_config (False if it does not parse:
+    loading the model then reports the syntax error)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "TritonPythonModel":
+            return any(isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "auto_complete_config"
+                       for item in node.body)
+    return False
+
+
+def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
+    """The config completed by the model's ``auto_complete_config`` (unchanged for other models)."""
+    if config.backend != "python" or config.platform:
+        return config
+    path = _model_file(config, model_dir)
+    if path is None:
+        return config
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return config  # loading reports it
+    if not defines_auto_complete(source):
+        return config
+    spec = RunnerSpec(model_name=model_dir.name, version=int(path.parent.name), instance_index=0,
+                      model_path=str(path), version_dir=str(path.parent), args={})
+    written = config_to_json_dict(config)
+    written["name"] = model_dir.name
+    completed = run_auto_complete(spec, written, AUTO_COMPLETE_TIMEOUT)
+    result = ModelConfig()
+    try:
+        json_format.Parse(json.dumps(completed), result)
+    except json_format.ParseError as exc:
+        raise ModelLoadError(f"model '{model_dir.name}': auto_complete_config returned an invalid config: "
+                             f"{str(exc)[:512]}") from None
+    return result

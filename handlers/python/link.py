@@ -1,0 +1,201 @@
+"""The server's side of one Python worker process: the process, its connection, the shared memory both ways,
+and a reader thread that routes what the worker says (batch results, decoupled responses, BLS calls, logs,
+metrics, model control) to the handler.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import threading
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from handlers.python.runner import RunnerSpec
+from handlers.python.transport import Arena, PeerMemory, TensorRef
+from handlers.python.worker import auto_complete_main, worker_main
+from runtime.errors import ModelLoadError
+
+
+class LinkEvents(Protocol):
+    """What the handler does with what a worker says besides answering a batch."""
+
+    def on_response(self, link: WorkerLink, key: Any, result: Any, flags: int) -> None: ...
+    def on_reschedule(self, key: Any) -> None: ...
+    def on_call(self, link: WorkerLink, kind: str, call_id: int | None, message: tuple) -> None: ...
+    def on_log(self, level: str, message: str) -> None: ...
+
+
+class WorkerGone(ConnectionError):
+    """The worker process ended (crashed, was killed) or closed its connection."""
+
+
+class WorkerLink:
+    """Spawns a worker for ``spec`` and talks to it."""
+
+    def __init__(self, spec: RunnerSpec, events: LinkEvents, arena_bytes: int, growth_bytes: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=worker_main, args=(child, spec, os.getpid()), daemon=True,
+                                       name=f"triton-python-{spec.model_name}")
+        self.process.start()
+        child.close()
+        self.events = events
+        self.arena = Arena(arena_bytes, growth_bytes)  # inputs, and BLS outputs
+        self.memory = PeerMemory()  # the worker's outputs, and its BLS inputs
+        self._send_lock = threading.Lock()
+        self._batches: dict[int, Future] = {}
+        self._batch_ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._ready: Future = Future()
+        self._finalized: Future = Future()
+        self.gone: str = ""
+        self._reader = threading.Thread(target=self._read, daemon=True, name=f"link-{spec.model_name}")
+        self._reader.start()
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> None:
+        try:
+            outcome = self._ready.result(timeout)
+        except TimeoutError:
+            raise ModelLoadError(f"the worker did not start within {timeout:.0f}s") from None
+        if outcome is not None:
+            raise ModelLoadError(outcome)
+
+    @property
+    def alive(self) -> bool:
+        return not self.gone and self.process.exitcode is None and self.process.is_alive()
+
+    def exit_description(self) -> str:
+        self.process.join(timeout=1)
+        code = self.process.exitcode
+        if code is None:
+            return "did not answer"
+        return f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+
+    def finalize(self, timeout: float) -> bool:
+        try:
+            self.send(("finalize",))
+            self._finalized.result(timeout)
+            return True
+        except (OSError, TimeoutError, WorkerGone):
+            return False
+
+    def kill(self) -> None:
+        """Kill the process (if alive) and release its pipe and memory; safe to call more than once."""
+        if self.process.exitcode is None:
+            self.process.kill()
+        self.process.join(timeout=5)
+        self.connection.close()
+        self._reader.join(timeout=5)
+        self.memory.close()
+        self.arena.close()
+
+    # -- messages -----------------------------------------------------------------------------------------
+    def send(self, message: tuple) -> None:
+        with self._send_lock:
+            self.arena.announce(self.connection, self.process.pid)
+            self.connection.send(message)
+
+    def execute(self, requests: list[tuple]) -> Future:
+        """Send a batch; the future gets ("results", [...]) or ("executed",), or fails with WorkerGone."""
+        batch_id = next(self._batch_ids)
+        future: Future = Future()
+        with self._lock:
+            if self.gone:
+                raise WorkerGone(self.gone)
+            self._batches[batch_id] = future
+        try:
+            self.send(("execute", batch_id, requests))
+        except OSError as exc:
+            with self._lock:
+                self._batches.pop(batch_id, None)
+            raise WorkerGone(str(exc) or type(exc).__name__) from None
+        return future
+
+    def reply(self, call_id: int, payload: Any, final: bool = True) -> None:
+        try:
+            self.send(("reply", call_id, payload, final))
+        except OSError:
+            pass  # the worker is gone: nobody waits for the reply
+
+    def release(self, refs: list[TensorRef]) -> None:
+        if refs:
+            try:
+                self.send(("release", refs))
+            except OSError:
+                pass
+
+    def _read(self) -> None:
+        connection = self.connection
+        while True:
+            try:
+                message = connection.recv()
+            except (EOFError, OSError):
+                self._lost(f"worker process {self.exit_description()}")
+                return
+            kind = message[0]
+            try:
+                self._route(kind, message)
+            except (EOFError, OSError):
+                self._lost(f"worker process {self.exit_description()}")
+                return
+
+    def _route(self, kind: str, message: tuple) -> None:
+        if kind == "segment":
+            self.memory.receive_segment(self.connection, message[1], message[2])
+        elif kind in ("results", "executed"):
+            with self._lock:
+                future = self._batches.pop(message[1], None)
+            if future is not None:
+                future.set_result(message[2] if kind == "results" else None)
+        elif kind == "response":
+            self.events.on_response(self, message[1], message[2], message[3])
+        elif kind == "release":
+            self.arena.free(message[1])
+        elif kind == "log":
+            self.events.on_log(message[1], message[2])
+        elif kind == "reschedule":
+            self.events.on_reschedule(message[1])
+        elif kind in ("bls", "metric", "control"):
+            self.events.on_call(self, kind, message[1], message)
+        elif kind == "ready":
+            self._ready.set_result(None)
+        elif kind == "error":
+            self._ready.set_result(message[1])
+        elif kind == "finalized":
+            self._finalized.set_result(None)
+
+    def _lost(self, why: str) -> None:
+        with self._lock:
+            self.gone = why
+            pending, self._batches = self._batches, {}
+        for future in pending.values():
+            future.set_exception(WorkerGone(why))
+        for waiter in (self._ready, self._finalized):
+            if not waiter.done():
+                waiter.set_exception(WorkerGone(why))
+
+
+def run_auto_complete(spec: RunnerSpec, config: dict, timeout: float) -> dict:
+    """``auto_complete_config`` in a short-lived process of its own; the completed config."""
+    context = multiprocessing.get_context("spawn")
+    connection, child = context.Pipe()
+    process = context.Process(target=auto_complete_main, args=(child, spec, config), daemon=True,
+                              name=f"triton-autocomplete-{spec.model_name}")
+    process.start()
+    child.close()
+    try:
+        if not connection.poll(timeout):
+            raise ModelLoadError(f"auto_complete_config did not finish within {timeout:.0f}s")
+        kind, payload = connection.recv()
+    except (EOFError, OSError):
+        raise ModelLoadError("the process running auto_complete_config ended unexpectedly") from None
+    finally:
+        process.kill() if process.is_alive() else None
+        process.join(5)
+        connection.close()
+    if kind != "ok":
+        raise ModelLoadError(payload)
+    return payload

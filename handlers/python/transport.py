@@ -1,0 +1,182 @@
+"""Tensors between the server and a Python worker, through shared memory.
+
+Each side writes the tensors it sends into an *arena* it owns: anonymous ``memfd`` segments
+whose file descriptors travel once over the control connection (``SCM_RIGHTS``).  A message
+then carries only where a tensor lies (segment, offset, size); the receiver maps it and reads
+it as a numpy view, without a copy.  The memory has no name in any file system, so it is gone
+as soon as the last process that maps it exits or closes it: a crashed worker leaves nothing
+behind.  An arena starts at ``initial_bytes`` and grows by segments of at least
+``growth_bytes`` (Triton's ``shm-default-byte-size`` / ``shm-growth-byte-size``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import recv_handle, send_handle
+
+import numpy as np
+
+from runtime.datatypes import deserialize_bytes, serialize_bytes
+
+ALIGNMENT = 64
+DEFAULT_INITIAL_BYTES = 1 << 20
+DEFAULT_GROWTH_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRef:
+    """Where one tensor lies in the sender's arena."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    segment: int
+    offset: int
+    nbytes: int
+
+
+def _align(size: int) -> int:
+    return (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+class _Segment:
+    def __init__(self, size: int, fd: int | None = None) -> None:
+        self.owned = fd is None
+        self.fd = os.memfd_create("triton-python", os.MFD_CLOEXEC) if fd is None else fd
+        if self.owned:
+            os.ftruncate(self.fd, size)
+        self.size = size
+        self.map = mmap.mmap(self.fd, size)
+        self.view = memoryview(self.map)
+
+    def close(self) -> None:
+        self.view.release()
+        try:
+            self.map.close()
+        except BufferError:  # a numpy view still refers to it: the mapping goes when that view does
+            pass
+        os.close(self.fd)
+
+
+class Arena:
+    """Memory this side writes tensors into (first fit, coalescing free list, thread-safe)."""
+
+    def __init__(self, initial_bytes: int = DEFAULT_INITIAL_BYTES, growth_bytes: int = DEFAULT_GROWTH_BYTES,
+                 max_bytes: int = 1 << 34) -> None:
+        self.growth_bytes = growth_bytes
+        self.max_bytes = max_bytes
+        self.segments: list[_Segment] = []
+        self._free: list[list[tuple[int, int]]] = []  # per segment: sorted (offset, size)
+        self._lock = threading.Lock()
+        self._announced = 0  # segments the peer already has
+        self._grow(initial_bytes, exact=True)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(segment.size for segment in self.segments)
+
+    def _grow(self, at_least: int, exact: bool = False) -> int:
+        size = _align(at_least) if exact else max(_align(at_least), self.growth_bytes)
+        if self.total_bytes + size > self.max_bytes:
+            raise MemoryError(f"shared memory for tensors would exceed {self.max_bytes} bytes")
+        self.segments.append(_Segment(size))
+        self._free.append([(0, size)])
+        return len(self.segments) - 1
+
+    def allocate(self, nbytes: int) -> tuple[int, int]:
+        """(segment, offset) of ``nbytes`` of fresh space."""
+        size = _align(max(nbytes, 1))
+        with self._lock:
+            for index, free in enumerate(self._free):
+                for position, (offset, length) in enumerate(free):
+                    if length >= size:
+                        if length == size:
+                            del free[position]
+                        else:
+                            free[position] = (offset + size, length - size)
+                        return index, offset
+            index = self._grow(size)
+            free = self._free[index]
+            offset, length = free[0]
+            free[0] = (offset + size, length - size)
+            return index, offset
+
+    def release(self, segment: int, offset: int, nbytes: int) -> None:
+        size = _align(max(nbytes, 1))
+        with self._lock:
+            free = self._free[segment]
+            free.append((offset, size))
+            free.sort()
+            merged: list[tuple[int, int]] = []
+            for start, length in free:
+                if merged and merged[-1][0] + merged[-1][1] == start:
+                    merged[-1] = (merged[-1][0], merged[-1][1] + length)
+                else:
+                    merged.append((start, length))
+            self._free[segment] = merged
+
+    def in_use(self) -> int:
+        with self._lock:
+            return self.total_bytes - sum(length for free in self._free for _, length in free)
+
+    def write(self, name: str, array: np.ndarray, datatype: str) -> TensorRef:
+        """Copy a tensor into the arena."""
+        if datatype == "BYTES":
+            data = serialize_bytes(array)
+            segment, offset = self.allocate(len(data))
+            self.segments[segment].view[offset : offset + len(data)] = data
+            nbytes = len(data)
+        else:
+            source = np.ascontiguousarray(array)
+            nbytes = source.nbytes
+            segment, offset = self.allocate(nbytes)
+            if nbytes:
+                target = np.frombuffer(self.segments[segment].view, dtype=np.uint8, count=nbytes, offset=offset)
+                target[:] = source.reshape(-1).view(np.uint8)
+        return TensorRef(name, datatype, tuple(int(d) for d in array.shape), segment, offset, nbytes)
+
+    def free(self, refs: list[TensorRef]) -> None:
+        for ref in refs:
+            self.release(ref.segment, ref.offset, ref.nbytes)
+
+    def announce(self, connection: Connection, peer_pid: int) -> None:
+        """Send the peer the descriptors of segments it has not got yet (before a message that uses them)."""
+        while self._announced < len(self.segments):
+            connection.send(("segment", self._announced, self.segments[self._announced].size))
+            send_handle(connection, self.segments[self._announced].fd, peer_pid)
+            self._announced += 1
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        self.segments.clear()
+
+
+class PeerMemory:
+    """The peer's arena, mapped here for reading (its segments arrive as ``segment`` messages)."""
+
+    def __init__(self) -> None:
+        self.segments: dict[int, _Segment] = {}
+
+    def receive_segment(self, connection: Connection, index: int, size: int) -> None:
+        self.segments[index] = _Segment(size, fd=recv_handle(connection))
+
+    def array(self, ref: TensorRef, copy: bool = False) -> np.ndarray:
+        """The tensor a reference points at: a read-only view (or a private copy)."""
+        view = self.segments[ref.segment].view[ref.offset : ref.offset + ref.nbytes]
+        if ref.datatype == "BYTES":
+            count = int(np.prod(ref.shape, dtype=np.int64))
+            return deserialize_bytes(view, count, ref.name).reshape(ref.shape)
+        from runtime.datatypes import numpy_dtype
+
+        array = np.frombuffer(view, dtype=numpy_dtype(ref.datatype)).reshape(ref.shape)
+        return array.copy() if copy else array
+
+    def close(self) -> None:
+        for segment in self.segments.values():
+            segment.close()
+        self.segments.clear()

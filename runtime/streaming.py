@@ -1,0 +1,74 @@
+"""Responses as a stream: one per request for a model in default mode, any number for a decoupled model.
+
+A decoupled model (``model_transaction_policy { decoupled: true }``) answers through its requests'
+:class:`ResponseStream`, from ``execute`` or from threads it started, until it sends the final flag.  The
+request itself still goes through the model's scheduler (queue, batching, statistics); its result only
+says that ``execute`` returned.  If the consumer stops reading (the client went away), the stream is
+cancelled: a request still queued never runs, a running one sees ``is_cancelled()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from runtime.errors import ServingError
+from runtime.model import ModelVersion
+from runtime.types import InferRequest, InferResponse, ResponseStream, StreamItem, StreamResponse
+
+BuildResponse = Callable[..., InferResponse]
+
+
+async def stream_responses(model: ModelVersion, request: InferRequest, batch_size: int,
+                           build: BuildResponse) -> AsyncIterator[StreamResponse]:
+    """Run a validated request on ``model``; ``build(model, request, outputs, complete)`` makes each response."""
+    if not model.spec.decoupled:
+        try:
+            outputs = await model.infer(request, batch_size)
+        except ServingError as exc:
+            if not exc.executed:
+                raise
+            yield StreamResponse(None, exc, True)
+            return
+        yield StreamResponse(build(model, request, outputs), None, True)
+        return
+    stream = ResponseStream(asyncio.get_running_loop())
+    request.stream = stream
+    execution = asyncio.ensure_future(model.infer(request, batch_size))
+    execution.add_done_callback(lambda done: _end_on_failure(done, stream))
+    try:
+        while True:
+            item = await stream.get()
+            yield _stream_response(item, model, request, build)
+            if item.final:
+                return
+    finally:
+        if not stream.finished:  # the consumer left before the model finished: tell the model
+            stream.cancel()
+            execution.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await execution
+
+
+def _end_on_failure(execution: asyncio.Future, stream: ResponseStream) -> None:
+    """A request that failed before or while executing ends its stream with that error (unless the model had
+    already sent its final response)."""
+    if execution.cancelled():
+        return
+    error = execution.exception()
+    if error is not None:
+        stream.put(StreamItem(error, True))
+
+
+def _stream_response(item: StreamItem, model: ModelVersion, request: InferRequest,
+                     build: BuildResponse) -> StreamResponse:
+    if isinstance(item.outputs, Exception):
+        return StreamResponse(None, item.outputs, item.final)
+    if item.outputs is None:
+        return StreamResponse(None, None, item.final)
+    try:
+        return StreamResponse(build(model, request, item.outputs, False), None, item.final)
+    except ServingError as exc:
+        return StreamResponse(None, exc, item.final)
+
