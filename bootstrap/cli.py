@@ -13,6 +13,7 @@ from pathlib import Path
 from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, check_load_models, load_settings
 from bootstrap.source import ObjectStoreSource
 from bootstrap.storage import StorageError, is_remote, parse_location
+from runtime.allocator import tune_allocator
 from runtime.grpc.server import GrpcLimits
 from runtime.http.server import HttpLimits
 from runtime.server import Server, ServerOptions
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("both HTTP and gRPC are disabled: nothing to serve")
         return 2
     _raise_open_file_limit(settings.max_connections)
+    tune_allocator()
     return _run(_serve(settings))
 
 

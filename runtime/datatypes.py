@@ -191,11 +191,13 @@ def _check_json_values(datatype: str, values: list) -> None:
         raise InvalidArgument(f"tensor data holds values that are not of datatype {datatype}")
 
 
-def array_to_buffer(array: np.ndarray, datatype: str) -> bytes:
-    """Raw little-endian bytes of a tensor (BYTES: length-prefixed elements)."""
+def array_to_buffer(array: np.ndarray, datatype: str) -> bytes | memoryview:
+    """Raw little-endian bytes of a tensor (BYTES: length-prefixed elements), as a view of the array's own
+    memory where it already is contiguous little-endian (no copy: join or write it where it goes)."""
     if datatype == "BYTES":
         return serialize_bytes(array)
-    return np.ascontiguousarray(array, dtype=numpy_dtype(datatype).newbyteorder("<")).tobytes()
+    contiguous = np.ascontiguousarray(array, dtype=numpy_dtype(datatype).newbyteorder("<"))
+    return memoryview(contiguous.reshape(-1).view(np.uint8))
 
 
 def array_to_values(array: np.ndarray, datatype: str) -> list:

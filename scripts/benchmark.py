@@ -1,6 +1,6 @@
 """Benchmark: our server against bare onnxruntime and Seldon MLServer, in one run.
 
-    .venv/bin/python scripts/benchmark.py [--quick] [--skip-mlserver] [--output bench_results.json]
+    .venv/bin/python scripts/benchmark.py [--quick] [--skip-mlserver] [--skip-triton] [--output F]
 
 Starts `bootstrap run` on loopback with a generated repository (a compute-bound MLP and a
 near-identity model, each with dynamic batching on and off), drives it with the real
@@ -15,7 +15,9 @@ throughput and p50/p99 latency, plus these ratios:
 - p50 latency overhead of the near-identity model over gRPC at concurrency 1, against a
   minimal gRPC echo server on the same stack (the floor for the client and grpcio alone);
 - large JSON tensors: the server's peak memory growth per MiB of JSON while 4 requests of
-  ~55 MiB of JSON arrive at once, and the slowest health answer meanwhile.
+  ~55 MiB of JSON arrive at once, and the slowest health answer meanwhile;
+- side by side with real Triton 2.51 (scripts/bench_vs_triton.py): three Python-backend models,
+  each server on one CPU, the client on another, as ours / Triton ratios (--skip-triton leaves it out).
 
 Results also go to a JSON file.  Nothing here is a test: the numbers depend on the machine.
 """
@@ -45,6 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from examples.build_models import build_dense_onnx  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_vs_triton import print_ratios, ratios, side_by_side  # noqa: E402
 
 WIDTH, LAYERS = 1024, 8
 IDENTITY_WIDTH = 16
@@ -87,6 +92,7 @@ class Results:
     ratios: dict = field(default_factory=dict)
     targets: dict = field(default_factory=dict)
     json_memory: dict = field(default_factory=dict)
+    vs_triton: list = field(default_factory=list)  # ours / real Triton, Python-backend models (bench_vs_triton)
 
 
 def free_port() -> int:
@@ -602,7 +608,13 @@ async def main_async(args: argparse.Namespace) -> Results:
                             print_point(point)
                 finally:
                     peer.stop()
+        if not args.skip_triton:
+            print("\nside by side with real Triton 2.51 (Python backend; each server on CPU 0, client on CPU 1)",
+                  flush=True)
+            results.vs_triton = ratios(side_by_side(requests=600 if args.quick else 3000))
         summarize(results, concurrency)
+        if results.vs_triton:
+            print_ratios(results.vs_triton)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return results
@@ -612,6 +624,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter points and fewer concurrencies")
     parser.add_argument("--skip-mlserver", action="store_true", help="do not install or run MLServer")
+    parser.add_argument("--skip-triton", action="store_true", help="do not run the side by side with real Triton")
     parser.add_argument("--output", type=Path, default=ROOT / "bench_results.json")
     parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from examples.build_models import build_add_sub_onnx
+from tests.conformance.models import AUTO_COMPLETE  # completes to X [3] -> Y = 2X, max batch 8
 from tests.support import write_model
 
 HEADER = ("import asyncio\nimport json\nimport os\nimport threading\nimport time\nimport numpy as np\n"
@@ -251,21 +252,6 @@ class TritonPythonModel:
 '''
 
 # -- auto-complete and model control -------------------------------------------------------------------------------
-AUTO_COMPLETE = HEADER + '''
-class TritonPythonModel:
-    @staticmethod
-    def auto_complete_config(auto_complete_model_config):
-        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_FP32", "dims": [3]})
-        auto_complete_model_config.add_output({"name": "Y", "data_type": "TYPE_FP32", "dims": [3]})
-        auto_complete_model_config.set_max_batch_size(4)
-        auto_complete_model_config.set_dynamic_batching()
-        return auto_complete_model_config
-
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
-                                                            * 3)]) for r in requests]
-'''
-
 CONTROL_CONFIG = """
     backend: "python"
     max_batch_size: 0

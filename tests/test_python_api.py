@@ -281,12 +281,12 @@ def test_coroutine_never_awaited_is_a_clear_error(http):
 # -- auto-complete and the model loading API ----------------------------------------------------------------------
 def test_config_less_model_is_completed_by_auto_complete_config(http):
     config = http.get_model_config("auto_complete")
-    assert config["backend"] == "python" and config["max_batch_size"] == 4
+    assert config["backend"] == "python" and config["max_batch_size"] == 8
     assert [i["name"] for i in config["input"]] == ["X"] and [o["name"] for o in config["output"]] == ["Y"]
-    assert config["dynamic_batching"]["preferred_batch_size"] == [4]
+    assert config["dynamic_batching"]["preferred_batch_size"] == [8]
     tensor = httpclient.InferInput("X", [2, 3], "FP32")
     tensor.set_data_from_numpy(np.ones([2, 3], dtype=np.float32))
-    np.testing.assert_array_equal(http.infer("auto_complete", [tensor]).as_numpy("Y"), np.full([2, 3], 3.0))
+    np.testing.assert_array_equal(http.infer("auto_complete", [tensor]).as_numpy("Y"), np.full([2, 3], 2.0))
 
 
 def test_disable_auto_complete_config(repository: Path, tmp_path: Path):

@@ -37,7 +37,7 @@ from handlers.python.runner import (
     response_result,
 )
 from handlers.python.transport import DEFAULT_GROWTH_BYTES, DEFAULT_INITIAL_BYTES
-from handlers.python.worker import decode_result, encode_result
+from handlers.python.worker import encode_result
 from runtime.datatypes import as_bytes_array
 from runtime.errors import InternalError, ModelLoadError, ServingError, Status, Unavailable
 from runtime.types import InferRequest, ModelOutputs, StreamItem
@@ -142,7 +142,7 @@ class PythonBackendHandler(ModelHandler):
             worker.wait_ready(START_TIMEOUT)
         except (ModelLoadError, WorkerGone) as exc:
             worker.kill()
-            message = str(exc) if isinstance(exc, ModelLoadError) else f"the worker process {worker.gone} while loading"
+            message = str(exc) if isinstance(exc, ModelLoadError) else f"{worker.gone} while loading"
             raise ModelLoadError(message) from None
         return worker
 
@@ -239,8 +239,7 @@ class PythonBackendHandler(ModelHandler):
             return self._decoupled_results(keys)
         results = []
         for key, request_refs, encoded in zip(keys, refs, answer, strict=True):
-            result, output_refs = decode_result(encoded, worker.memory, copy=True)
-            worker.release(output_refs)
+            result = _borrowed(encoded, worker)
             if key not in self._streams:
                 worker.arena.free(request_refs)
             results.append(self._result(key, result))
@@ -332,9 +331,7 @@ class PythonBackendHandler(ModelHandler):
 
     # -- what the worker asks of the server (LinkEvents) -------------------------------------------------------------
     def on_response(self, link: WorkerLink, key: Any, result: Any, flags: int) -> None:
-        decoded, refs = decode_result(result, link.memory, copy=True)
-        link.release(refs)
-        self._deliver(key, _stream_item(decoded, flags))
+        self._deliver(key, _stream_item(_borrowed(result, link), flags))
 
     def on_reschedule(self, key: Any) -> None:
         self._rescheduled.add(key)
@@ -427,6 +424,13 @@ class PythonBackendHandler(ModelHandler):
                 self._worker, self._down_reason = worker, ""
             logger.info("%s: worker restarted (attempt %d)", self.label, attempt)
             return
+
+
+def _borrowed(encoded: Any, link: WorkerLink) -> Result | None:
+    """A worker's result with its tensors read in place from the worker's memory (returned once unused)."""
+    if encoded is None or encoded[0] != "ok":
+        return encoded
+    return ("ok", link.borrow(encoded[1]), encoded[2])
 
 
 def _byte_size(parameters: dict[str, str], key: str, default: int) -> int:

@@ -17,6 +17,8 @@ from handlers.python.transport import Arena, PeerMemory, TensorRef
 from handlers.python.worker import auto_complete_main, worker_main
 from runtime.errors import ModelLoadError
 
+RETURN_BATCH = 64
+
 
 class LinkEvents(Protocol):
     """What the handler does with what a worker says besides answering a batch."""
@@ -45,6 +47,8 @@ class WorkerLink:
         self.arena = Arena(arena_bytes, growth_bytes)  # inputs, and BLS outputs
         self.memory = PeerMemory()  # the worker's outputs, and its BLS inputs
         self._send_lock = threading.Lock()
+        self._returned: list[TensorRef] = []  # the worker's memory we no longer use, told with the next message
+        self._returned_lock = threading.RLock()  # a finalizer may run inside it (garbage collection)
         self._batches: dict[int, Future] = {}
         self._batch_ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -96,7 +100,35 @@ class WorkerLink:
     def send(self, message: tuple) -> None:
         with self._send_lock:
             self.arena.announce(self.connection, self.process.pid)
+            self._send_returned()
             self.connection.send(message)
+
+    def _send_returned(self) -> None:
+        """Called with the send lock held."""
+        with self._returned_lock:
+            returned, self._returned = self._returned, []
+        if returned:
+            self.connection.send(("release", returned))
+
+    def borrow(self, refs: list[TensorRef]) -> list[tuple[str, Any]]:
+        """The worker's tensors in place (no copy); each is returned to the worker once nothing uses it (told
+        with the next message, or at once past RETURN_BATCH of them)."""
+        return [(ref.name, self.memory.borrow(ref, lambda ref=ref: self._give_back(ref))) for ref in refs]
+
+    def _give_back(self, ref: TensorRef) -> None:
+        """Runs wherever the last use of a borrowed tensor ends, even inside a send of this thread (garbage
+        collection): it only queues, and sends only when no send is under way."""
+        with self._returned_lock:
+            self._returned.append(ref)
+            if len(self._returned) < RETURN_BATCH or self.gone:
+                return
+        if self._send_lock.acquire(blocking=False):
+            try:
+                self._send_returned()
+            except OSError:
+                pass  # the worker is gone, and its memory with it
+            finally:
+                self._send_lock.release()
 
     def execute(self, requests: list[tuple]) -> Future:
         """Send a batch; the future gets ("results", [...]) or ("executed",), or fails with WorkerGone."""

@@ -11,9 +11,12 @@ behind.  An arena starts at ``initial_bytes`` and grows by segments of at least
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
@@ -176,7 +179,29 @@ class PeerMemory:
         array = np.frombuffer(view, dtype=numpy_dtype(ref.datatype)).reshape(ref.shape)
         return array.copy() if copy else array
 
+    def borrow(self, ref: TensorRef, release: Callable[[], None]) -> np.ndarray:
+        """The tensor in place, without a copy; ``release`` runs once nothing refers to its memory any more
+        (the array and every view of it gone), to let the peer reuse it.  BYTES are copied (and released)."""
+        if ref.datatype == "BYTES" or not ref.nbytes:
+            array = self.array(ref, copy=True)
+            release()
+            return array
+        from runtime.datatypes import numpy_dtype
+
+        owner = _Borrowed(self.segments[ref.segment].map, ref, numpy_dtype(ref.datatype))
+        weakref.finalize(owner, release)
+        return np.asarray(owner)
+
     def close(self) -> None:
         for segment in self.segments.values():
             segment.close()
         self.segments.clear()
+
+
+class _Borrowed:
+    """Owns a borrowed tensor's memory for numpy: arrays made from it (and their views) keep it alive."""
+
+    def __init__(self, segment: mmap.mmap, ref: TensorRef, dtype: np.dtype) -> None:
+        self.buffer = (ctypes.c_char * ref.nbytes).from_buffer(segment, ref.offset)
+        self.__array_interface__ = {"data": (ctypes.addressof(self.buffer), False), "shape": ref.shape,
+                                    "typestr": dtype.newbyteorder("<").str, "version": 3}

@@ -32,6 +32,7 @@ from handlers.python.runner import (
     response_result,
 )
 from handlers.python.transport import Arena, PeerMemory, TensorRef
+from runtime.allocator import tune_allocator
 from runtime.datatypes import datatype_of
 from runtime.errors import ModelLoadError, Status
 
@@ -230,6 +231,7 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
 def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> None:
     """The worker process: load the model, then execute what the server sends until told to finalize."""
     os.setsid()
+    tune_allocator()  # outputs are built in fresh buffers too
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True, name="parent-watch").start()
     host = WorkerHost(connection, spec, parent_pid)
     work: queue.SimpleQueue = queue.SimpleQueue()

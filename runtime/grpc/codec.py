@@ -117,7 +117,41 @@ def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest
     )
 
 
-def encode_infer_response(response: InferResponse) -> service_pb2.ModelInferResponse:
+_RAW_OUTPUT_TAG = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents: field 6, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class RawResponse:
+    """A ModelInferResponse whose raw output contents are written straight from the output arrays when it
+    is serialized (one copy, where building the message would copy each tensor twice more)."""
+
+    def __init__(self, message: service_pb2.ModelInferResponse, raws: list[bytes | memoryview]) -> None:
+        self.message = message
+        self.raws = raws
+
+    def SerializeToString(self) -> bytes:  # noqa: N802 - the protobuf method name grpc calls
+        parts: list[bytes | memoryview] = [self.message.SerializeToString()]
+        for raw in self.raws:
+            parts += (_RAW_OUTPUT_TAG, _varint(len(raw)), raw)
+        return b"".join(parts)
+
+    def to_message(self) -> service_pb2.ModelInferResponse:
+        """The whole message (to nest in another one)."""
+        message = service_pb2.ModelInferResponse()
+        message.CopyFrom(self.message)
+        message.raw_output_contents.extend(bytes(raw) for raw in self.raws)
+        return message
+
+
+def encode_infer_response(response: InferResponse) -> RawResponse:
     """Outputs travel in raw_output_contents, as Triton sends them."""
     message = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
@@ -126,8 +160,7 @@ def encode_infer_response(response: InferResponse) -> service_pb2.ModelInferResp
         _set_parameter(message.parameters, key, value)
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
-        message.raw_output_contents.append(array_to_buffer(tensor.data, tensor.datatype))
-    return message
+    return RawResponse(message, [array_to_buffer(tensor.data, tensor.datatype) for tensor in response.outputs])
 
 
 def from_dict(data: dict, message_type):

@@ -84,6 +84,11 @@ def create_grpc_server(
     return server
 
 
+def _serialize(message) -> bytes:
+    """A response message (or a RawResponse, which writes its tensors itself) as bytes."""
+    return message.SerializeToString()
+
+
 def _method_handlers(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
     """GRPCInferenceService's methods, as the generated registration builds them, except that undecodable
     requests reach the servicer (as INVALID_ARGUMENT) instead of failing inside grpc."""
@@ -91,8 +96,7 @@ def _method_handlers(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
     handlers = {}
     for method in descriptor.methods:
         request_type = getattr(service_pb2, method.input_type.name)
-        response_type = getattr(service_pb2, method.output_type.name)
         make = grpc.stream_stream_rpc_method_handler if method.client_streaming else grpc.unary_unary_rpc_method_handler
         handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=tolerant_deserializer(
-            request_type), response_serializer=response_type.SerializeToString)
+            request_type), response_serializer=_serialize)
     return grpc.method_handlers_generic_handler(descriptor.full_name, handlers)

@@ -106,7 +106,7 @@ def _stream_message(item: StreamResponse, request: InferRequest,
         # as Triton: the id and model name, no version, no outputs
         response = service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
     else:
-        response = encode_infer_response(item.response)
+        response = encode_infer_response(item.response).to_message()
     response.parameters[FINAL_RESPONSE].bool_param = item.final
     return service_pb2.ModelStreamInferResponse(infer_response=response)
 

@@ -1,0 +1,351 @@
+"""Side by side with real Triton: the same three Python-backend models, the same client, one run.
+
+Each server (real Triton 2.51 from the nvidia-pytriton wheel, prepared by scripts/triton_oracle.sh, then
+ours) runs alone, its whole process tree pinned to CPU 0; the closed-loop tritonclient load generator runs on
+CPU 1 (on a one-CPU machine nothing is pinned).  Printed as ours / Triton ratios, from one run.
+
+- ``add_sub_batch``: a tiny model with dynamic batching: the per-request overhead.
+- ``identity_big``: 600 KB in and out per request: the data path (copies, IPC).
+- ``resnet50_pt``: the deployment guide's model.py, over a small TorchScript conv net.
+
+Usage: python scripts/bench_vs_triton.py [--requests N] [--concurrency 1 32] [--protocols grpc http]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.conformance.servers import prepare_oracle  # noqa: E402
+from tests.support import free_port  # noqa: E402
+
+ADD_SUB = '''
+import json
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        out0 = pb_utils.get_output_config_by_name(config, "OUTPUT0")
+        out1 = pb_utils.get_output_config_by_name(config, "OUTPUT1")
+        self.dtype0 = pb_utils.triton_string_to_numpy(out0["data_type"])
+        self.dtype1 = pb_utils.triton_string_to_numpy(out1["data_type"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.dtype0)),
+                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dtype1))]))
+        return responses
+'''
+ADD_SUB_CONFIG = '''
+name: "add_sub_batch"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+dynamic_batching { max_queue_delay_microseconds: 100 }
+'''
+IDENTITY = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", x)]))
+        return responses
+'''
+IDENTITY_CONFIG = '''
+name: "identity_big"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 150528 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 150528 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+dynamic_batching { max_queue_delay_microseconds: 100 }
+'''
+# The deployment guide's model.py, unmodified in what it does.
+RESNET = '''
+import json, os, torch
+from torch.utils.dlpack import from_dlpack, to_dlpack
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = model_config = json.loads(args["model_config"])
+        output_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT__0")
+        self.output_dtype = pb_utils.triton_string_to_numpy(output_config["data_type"])
+        self.model_directory = os.path.dirname(os.path.realpath(__file__))
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model_path = os.path.join(self.model_directory, "model.pt")
+        if not os.path.exists(model_path):
+            raise pb_utils.TritonModelException("Cannot find the pytorch model")
+        self.model = torch.jit.load(model_path).to(self.device)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            input_tensor = pb_utils.get_input_tensor_by_name(request, "INPUT__0")
+            pytorch_tensor = from_dlpack(input_tensor.to_dlpack())
+            if pytorch_tensor.shape[2] > 1000 or pytorch_tensor.shape[3] > 1000:
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(
+                    "Image shape should not be larger than 1000")))
+                continue
+            prediction = self.model(pytorch_tensor.to(self.device))
+            out_tensor = pb_utils.Tensor.from_dlpack("OUTPUT__0", to_dlpack(prediction))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_tensor]))
+        return responses
+'''
+RESNET_CONFIG = '''
+name: "resnet50_pt"
+backend: "python"
+max_batch_size: 128
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, -1, -1 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+parameters: { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
+'''
+SHAPES = {"add_sub_batch": [("INPUT0", [1, 4]), ("INPUT1", [1, 4])], "identity_big": [("INPUT0", [1, 150528])],
+          "resnet50_pt": [("INPUT__0", [1, 3, 224, 224])]}
+MODELS = tuple(SHAPES)
+
+
+def build_repository(root: Path) -> Path:
+    import torch
+
+    models = (("add_sub_batch", ADD_SUB, ADD_SUB_CONFIG), ("identity_big", IDENTITY, IDENTITY_CONFIG),
+              ("resnet50_pt", RESNET, RESNET_CONFIG))
+    for name, source, config in models:
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.py").write_text(textwrap.dedent(source).lstrip())
+        (root / name / "config.pbtxt").write_text(textwrap.dedent(config).lstrip())
+
+    class Net(torch.nn.Module):  # a conv stem, pool and linear: [N,3,H,W] -> [N,1000]
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, 32, kernel_size=7, stride=4, padding=3)
+            self.fc = torch.nn.Linear(32, 1000)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.relu(self.stem(x)).mean(dim=(2, 3)))
+
+    torch.manual_seed(0)
+    torch.jit.script(Net().eval()).save(str(root / "resnet50_pt" / "1" / "model.pt"))
+    return root
+
+
+def _pinned(cpu: int) -> list[str]:
+    return ["taskset", "-c", str(cpu)] if (os.cpu_count() or 1) > 1 and shutil.which("taskset") else []
+
+
+def start_triton(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int, int]:
+    home = prepare_oracle()
+    python = str(home / "venv" / "bin" / "python")
+    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:  # resnet50_pt needs it
+        subprocess.run([python, "-m", "pip", "install", "-q", "torch==2.13.0"], check=True, capture_output=True)
+    site = (home / "ready").read_text().strip()
+    http, grpc_port, metrics = free_port(), free_port(), free_port()
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{site}/nvidia_pytriton.libs", "PYTHONPATH": site,
+           "PATH": f"{home / 'venv' / 'bin'}:{os.environ.get('PATH', '')}"}
+    server = home / "tritonserver"
+    cwd = workdir / "triton-cwd"  # no triton_python_backend_utils.py here: the stub would import it first
+    cwd.mkdir()
+    command = [*_pinned(0), str(server / "bin" / "tritonserver"), f"--model-repository={repository}",
+               f"--backend-directory={server / 'backends'}", f"--cache-directory={server / 'caches'}",
+               "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
+               f"--http-port={http}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics}"]
+    log = open(workdir / "triton.log", "wb")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=log), http, grpc_port
+
+
+def start_ours(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int, int]:
+    http, grpc_port, metrics = free_port(), free_port(), free_port()
+    command = [*_pinned(0), sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
+               "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc_port),
+               "--metrics-port", str(metrics), "--device", "cpu"]
+    log = open(workdir / "ours.log", "wb")  # noqa: SIM115
+    return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log), http, grpc_port
+
+
+def stop_tree(process: subprocess.Popen) -> None:
+    """Stop a server and every process under it (Triton's Python stubs outlive it a while otherwise, and would
+    take CPU from the next server)."""
+    tree = [process.pid]
+    try:
+        tree += [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        pass
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    _, alive = psutil.wait_procs([p for p in map(_process, tree) if p is not None], timeout=30)
+    for leftover in alive:
+        leftover.kill()
+    time.sleep(2)
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def wait_ready(process: subprocess.Popen, http_port: int, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError("the server did not get ready")
+
+
+LOAD = '''
+import asyncio, json, os, sys, time
+import numpy as np
+protocol, url, model, concurrency, total, shapes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \\
+    int(sys.argv[5]), json.loads(sys.argv[6])
+if protocol == "http":
+    import tritonclient.http.aio as client_module
+else:
+    import tritonclient.grpc.aio as client_module
+
+
+async def main():
+    client = client_module.InferenceServerClient(url, conn_limit=concurrency) if protocol == "http" \\
+        else client_module.InferenceServerClient(url)
+    rng = np.random.default_rng(0)
+    inputs = []
+    for name, shape in shapes:
+        tensor = client_module.InferInput(name, shape, "FP32")
+        tensor.set_data_from_numpy(rng.random(shape, dtype=np.float32))
+        inputs.append(tensor)
+    for _ in range(20):
+        await client.infer(model, inputs)
+    latencies, errors, left = [], 0, total
+
+    async def worker():
+        nonlocal left, errors
+        while left > 0:
+            left -= 1
+            start = time.perf_counter()
+            try:
+                await client.infer(model, inputs)
+                latencies.append(time.perf_counter() - start)
+            except Exception:
+                errors += 1
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - began
+    await client.close()
+    latencies.sort()
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    print(json.dumps({"rps": len(latencies) / elapsed, "errors": errors, "p50_ms": 1000 * p50, "p99_ms": 1000 * p99}))
+
+
+asyncio.run(main())
+'''
+
+
+def load(protocol: str, port: int, model: str, concurrency: int, requests: int) -> dict:
+    """The closed-loop client in a process of its own, pinned to CPU 1."""
+    command = [*_pinned(1), sys.executable, "-c", LOAD, protocol, f"127.0.0.1:{port}", model, str(concurrency),
+               str(requests), json.dumps(SHAPES[model])]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
+def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32), protocols: tuple[str, ...] = ("grpc",),
+                 servers: tuple[str, ...] = ("triton", "ours")) -> list[dict]:
+    """Every (protocol, model, concurrency) point for Triton and for us; one dict each."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-vs-triton-"))
+    rows: list[dict] = []
+    try:
+        repository = build_repository(workdir / "repo")
+        for server in servers:
+            start = start_triton if server == "triton" else start_ours
+            process, http_port, grpc_port = start(repository, workdir)
+            try:
+                wait_ready(process, http_port)
+                for protocol in protocols:
+                    port = grpc_port if protocol == "grpc" else http_port
+                    for model in MODELS:
+                        count = requests if model == "add_sub_batch" else requests // 3
+                        for c in concurrency:
+                            row = {"server": server, "protocol": protocol, "model": model, "c": c,
+                                   **load(protocol, port, model, c, count)}
+                            rows.append(row)
+                            print(f"  {server:6} {protocol:4} {model:13} c={c:<3} {row['rps']:8.1f} req/s  "
+                                  f"p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms", flush=True)
+            finally:
+                stop_tree(process)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return rows
+
+
+TARGETS = {"identity_big": 1.0, "resnet50_pt": 1.0, "add_sub_batch": 0.6}  # ours / Triton at c=32
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """ours / Triton per point, from one run."""
+    triton = {(r["protocol"], r["model"], r["c"]): r for r in rows if r["server"] == "triton"}
+    out = []
+    for row in rows:
+        theirs = triton.get((row["protocol"], row["model"], row["c"]))
+        if row["server"] == "ours" and theirs:
+            out.append({"protocol": row["protocol"], "model": row["model"], "c": row["c"],
+                        "ratio": row["rps"] / theirs["rps"], "ours": row["rps"], "triton": theirs["rps"]})
+    return out
+
+
+def print_ratios(table: list[dict]) -> None:
+    print("\nours / Triton (requests per second, same run; target at c=32)")
+    for row in table:
+        goal = TARGETS.get(row["model"]) if row["c"] == 32 else None
+        verdict = "" if goal is None else f"  target {goal:.1f}x: {'met' if row['ratio'] >= goal else 'NOT met'}"
+        print(f"  {row['protocol']:4} {row['model']:13} c={row['c']:<3} {row['ratio']:5.2f}x "
+              f"({row['ours']:.0f} vs {row['triton']:.0f}){verdict}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--protocols", nargs="+", default=["grpc"], choices=["grpc", "http"])
+    parser.add_argument("--servers", nargs="+", default=["triton", "ours"], choices=["triton", "ours"])
+    args = parser.parse_args()
+    rows = side_by_side(args.requests, tuple(args.concurrency), tuple(args.protocols), tuple(args.servers))
+    print_ratios(ratios(rows))
+
+
+if __name__ == "__main__":
+    main()
