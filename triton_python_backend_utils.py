@@ -271,6 +271,8 @@ def _torch_from_dlpack(capsule: Any) -> Any:
 def _parameters_text(parameters: dict[str, Any] | str | None) -> str:
     if isinstance(parameters, str):
         return parameters
+    if not parameters:
+        return "{}"
     for key, value in (parameters or {}).items():
         if not isinstance(key, str) or not isinstance(value, (bool, int, str)):
             raise TritonModelException("request parameters must map strings to bool, int or str values")

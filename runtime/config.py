@@ -15,6 +15,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from tritonclient.grpc import model_config_pb2
 
 from runtime.datatypes import DATATYPES, config_type_to_datatype
+from runtime.ensemble_config import EnsembleStep, ensemble_steps
 from runtime.errors import ModelLoadError
 
 ModelConfig = model_config_pb2.ModelConfig
@@ -24,7 +25,9 @@ _HANDLER_BY_PLATFORM = {
     "onnxruntime_onnx": "onnxruntime",
     "pytorch_libtorch": "pytorch",
     "python": "python",
+    "ensemble": "ensemble",
 }
+ENSEMBLE = "ensemble"
 _HANDLER_BY_BACKEND = {"onnxruntime": "onnxruntime", "pytorch": "pytorch", "python": "python"}
 _PLATFORM_BY_HANDLER = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "python": ""}
 DEFAULT_MODEL_FILENAMES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "python": "model.py"}
@@ -40,6 +43,7 @@ class TensorSpec:
     reshape: tuple[int, ...] | None = None
     optional: bool = False
     allow_ragged_batch: bool = False
+    label_filename: str = ""  # an output's class labels, one per line (the classification extension)
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ class ModelSpec:
     """Typed, validated model configuration."""
 
     name: str
-    handler: str  # onnxruntime | pytorch | python
+    handler: str  # onnxruntime | pytorch | python | ensemble
     platform: str
     backend: str
     max_batch_size: int
@@ -105,12 +109,21 @@ class ModelSpec:
     default_model_filename: str
     proto: ModelConfig = field(repr=False, compare=False)
     decoupled: bool = False  # model_transaction_policy { decoupled: true }
+    steps: tuple[EnsembleStep, ...] = ()  # ensemble_scheduling (platform "ensemble")
+
+    @property
+    def is_ensemble(self) -> bool:
+        return self.handler == ENSEMBLE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
+        object.__setattr__(self, "_outputs_by_name", {t.name: t for t in self.outputs})
 
     def input(self, name: str) -> TensorSpec | None:
-        return next((t for t in self.inputs if t.name == name), None)
+        return self._inputs_by_name.get(name)
 
     def output(self, name: str) -> TensorSpec | None:
-        return next((t for t in self.outputs if t.name == name), None)
+        return self._outputs_by_name.get(name)
 
     @property
     def instance_count(self) -> int:
@@ -146,6 +159,7 @@ def _tensor_spec(message, kind: str, model: str) -> TensorSpec:
         reshape=reshape,
         optional=bool(getattr(message, "optional", False)),
         allow_ragged_batch=bool(getattr(message, "allow_ragged_batch", False)),
+        label_filename=getattr(message, "label_filename", ""),
     )
 
 
@@ -202,6 +216,9 @@ def _check_file_name(file_name: str, model: str) -> str:
 
 def _fill_defaults(config: ModelConfig, handler: str, gpu_count: int) -> None:
     """What Triton fills into a config it reads, so ``/config`` and ``args["model_config"]`` read the same."""
+    if handler == ENSEMBLE:  # no model file, no instances: Triton fills in only the transaction policy
+        config.model_transaction_policy.SetInParent()
+        return
     if not config.default_model_filename:
         config.default_model_filename = DEFAULT_MODEL_FILENAMES[handler]
     optimization = config.optimization
@@ -263,7 +280,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
         )
     config.name = folder_name
     handler = _handler_name(config, folder_name)
-    if not config.backend:
+    if not config.backend and handler != ENSEMBLE:
         config.backend = handler
     if not config.platform and _PLATFORM_BY_HANDLER[handler]:
         config.platform = _PLATFORM_BY_HANDLER[handler]
@@ -299,7 +316,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
     batching = _dynamic_batching(config)
     if batching and config.max_batch_size == 0:
         raise ModelLoadError(f"model '{folder_name}': dynamic_batching needs max_batch_size > 0")
-    file_name = _check_file_name(config.default_model_filename, folder_name)
+    file_name = "" if handler == ENSEMBLE else _check_file_name(config.default_model_filename, folder_name)
     return ModelSpec(
         name=folder_name,
         handler=handler,
@@ -315,6 +332,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
         default_model_filename=file_name,
         proto=config,
         decoupled=config.model_transaction_policy.decoupled,
+        steps=ensemble_steps(config, folder_name, inputs, outputs) if handler == ENSEMBLE else (),
     )
 
 
@@ -356,4 +374,7 @@ def config_to_json_dict(config: ModelConfig) -> dict:
     data = json_format.MessageToDict(
         config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
+    scheduling = data.get("ensemble_scheduling")
+    if scheduling is not None and not scheduling.get("max_inflight_requests"):
+        del scheduling["max_inflight_requests"]  # newer than Triton 2.51's config: it prints no such field
     return _numbers_for_int64(data, config.DESCRIPTOR)

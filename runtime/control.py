@@ -144,5 +144,9 @@ class ModelControl:
     async def unload(self, name: str, parameters: dict | None = None) -> None:
         """Explicit mode: drain and unload every version of a model (a model not loaded: nothing to do)."""
         self._require_explicit()
-        self._check_request(name, parameters or {}, allowed=("unload_dependents",))
+        parameters = parameters or {}
+        self._check_request(name, parameters, allowed=("unload_dependents",))
         await self.manager.unload_model(name)
+        if parameters.get("unload_dependents") is True:  # the ensembles that call it (and those calling them)
+            for dependent in self.manager.dependents(name):
+                await self.manager.unload_model(dependent)

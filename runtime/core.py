@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from runtime import __version__
+from runtime.classification import classify, requested_count
 from runtime.config import ModelSpec
 from runtime.control import ModelControl
 from runtime.custom_metrics import CustomMetrics
@@ -26,8 +27,8 @@ logger = logging.getLogger(__name__)
 
 SERVER_NAME = "triton"  # what Triton answers: tools and Triton's own examples check it
 # The extensions this server serves, in Triton's order and spelling.
-EXTENSIONS = ("model_repository", "model_repository(unload_dependents)", "schedule_policy", "model_configuration",
-              "binary_tensor_data", "parameters", "statistics")
+EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
+              "model_configuration", "binary_tensor_data", "parameters", "statistics")
 
 
 class InferenceService:
@@ -188,6 +189,8 @@ class InferenceService:
             if declared is not None and declared.reshape is not None and declared.dims.count(-1) <= 1:
                 batch = [array.shape[0]] if spec.max_batch_size > 0 else []
                 array = array.reshape(batch + list(declared.dims))
+            if requested.parameters and (count := requested_count(requested.parameters)):
+                array = classify(array, count, model.labels.get(requested.name, []), spec.max_batch_size > 0)
             outputs.append(
                 InferTensor(
                     name=requested.name,

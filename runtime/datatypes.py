@@ -32,6 +32,8 @@ _NUMPY_BY_DATATYPE: dict[str, np.dtype] = {
 _DATATYPE_BY_NUMPY: dict[np.dtype, str] = {v: k for k, v in _NUMPY_BY_DATATYPE.items()}
 
 DATATYPES: frozenset[str] = frozenset(_NUMPY_BY_DATATYPE)
+# The little-endian (wire order) dtype of each fixed-size datatype.
+_WIRE_DTYPE: dict[str, np.dtype] = {k: v.newbyteorder("<") for k, v in _NUMPY_BY_DATATYPE.items() if k != "BYTES"}
 
 # Largest number of elements we accept in one tensor (guards shape-product overflow).
 MAX_ELEMENTS = 1 << 40
@@ -52,6 +54,14 @@ def numpy_dtype(datatype: str) -> np.dtype:
     """The numpy dtype of a V2 datatype, or InvalidArgument if there is none."""
     try:
         return _NUMPY_BY_DATATYPE[datatype]
+    except KeyError:
+        raise InvalidArgument(f"unsupported datatype '{datatype}'") from None
+
+
+def wire_dtype(datatype: str) -> np.dtype:
+    """The little-endian numpy dtype of a fixed-size V2 datatype (InvalidArgument if there is none)."""
+    try:
+        return _WIRE_DTYPE[datatype]
     except KeyError:
         raise InvalidArgument(f"unsupported datatype '{datatype}'") from None
 
@@ -196,7 +206,7 @@ def array_to_buffer(array: np.ndarray, datatype: str) -> bytes | memoryview:
     memory where it already is contiguous little-endian (no copy: join or write it where it goes)."""
     if datatype == "BYTES":
         return serialize_bytes(array)
-    contiguous = np.ascontiguousarray(array, dtype=numpy_dtype(datatype).newbyteorder("<"))
+    contiguous = np.ascontiguousarray(array, dtype=wire_dtype(datatype))
     return memoryview(contiguous.reshape(-1).view(np.uint8))
 
 

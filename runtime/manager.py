@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from handlers import HandlerContext
 from handlers.base import ServerServices
-from runtime.config import ModelSpec, parse_model_config_json
+from runtime.config import ENSEMBLE, ModelSpec, parse_model_config_json
+from runtime.ensemble import EnsembleVersion, check_composing_models
+from runtime.ensemble_config import composing_models, load_order
 from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
 from runtime.model import UNLOADED, ModelState, ModelVersion
 from runtime.repository import CONFIG_FILE, ModelRepository
@@ -37,6 +39,14 @@ class ModelEntry:
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, m in self.versions.items() if m.ready)
+
+    def newest_ready(self) -> ModelVersion | None:
+        """The ready version with the highest number, if any."""
+        if len(self.versions) == 1:  # the common case, without sorting
+            (only,) = self.versions.values()
+            return only if only.ready else None
+        ready = self.ready_versions()
+        return self.versions[ready[-1]] if ready else None
 
 
 class ModelManager:
@@ -65,7 +75,28 @@ class ModelManager:
     # -- loading and reloading -------------------------------------------------
     async def load_all(self) -> None:
         """Load every model of the repository; failures are recorded, never raised."""
-        await asyncio.gather(*(self.load_model(name) for name in self.repository.model_names()))
+        await self._load_in_order(self.repository.model_names())
+
+    async def _load_in_order(self, names: list[str]) -> None:
+        """Load ``names`` concurrently, except that an ensemble loads after the models its steps call."""
+        for batch in load_order(names, self._ensemble_dependencies):
+            await asyncio.gather(*(self.load_model(name) for name in batch))
+
+    def _never_loaded_or_unloaded(self, name: str) -> bool:
+        """Not loaded yet, or every version unloaded on purpose (a model that failed to load is not retried)."""
+        entry = self.models.get(name)
+        return entry is None or (bool(entry.versions) and all(m.retired for m in entry.versions.values()))
+
+    def _ensemble_dependencies(self, name: str) -> list[str]:
+        """The models an ensemble's config says it calls ([] for any other model, or a config that does not
+        read: loading it will say why)."""
+        try:
+            config = self.repository.raw_config(name)
+        except ModelLoadError:
+            return []
+        if config.platform != ENSEMBLE:
+            return []
+        return list(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
 
     async def reconcile(self) -> None:
         """Bring loaded models in line with the repository: load new, reload changed, unload removed."""
@@ -75,7 +106,7 @@ class ModelManager:
                 await self.unload_model(name)
                 self.models[name].removed = True  # as Triton: unlisted, but 'has no available versions'
         changed = [name for name in sorted(on_disk) if self._changed(name)]
-        await asyncio.gather(*(self.load_model(name) for name in changed))
+        await self._load_in_order(changed)
 
     def _changed(self, name: str) -> bool:
         entry = self.models.get(name)
@@ -117,6 +148,9 @@ class ModelManager:
         ready; versions no longer wanted drain, then unload.  If any new version fails,
         the versions already serving stay, and the failure shows in the index.
         """
+        for dependency in self._ensemble_dependencies(name) if config_override is None else ():
+            if self._never_loaded_or_unloaded(dependency) and dependency in self.repository.model_names():
+                await self.load_model(dependency)  # as Triton: loading an ensemble loads what it calls
         lock = self._model_locks.setdefault(name, asyncio.Lock())
         async with lock, self._load_slots:
             return await self._load_model_locked(name, config_override)
@@ -136,6 +170,8 @@ class ModelManager:
             else:
                 spec = await asyncio.to_thread(self.repository.read_spec, name)
             versions = self.repository.select_versions(spec)
+            if spec.is_ensemble:
+                check_composing_models(spec, self._loaded_spec)
         except ModelLoadError as exc:
             return self._record_failure(name, old, serving, str(exc), digest)
         config_same = old is not None and old.spec is not None and old.spec.proto == spec.proto
@@ -174,8 +210,11 @@ class ModelManager:
         return entry
 
     async def _load_version(self, spec: ModelSpec, version: int, signature: str, started: float) -> ModelVersion:
-        model_version = ModelVersion(spec=spec, version=version, signature=signature,
-                                     max_queue_size=self.max_queue_size)
+        version_type = EnsembleVersion if spec.is_ensemble else ModelVersion
+        model_version = version_type(spec=spec, version=version, signature=signature,
+                                     max_queue_size=self.max_queue_size, model_dir=self.repository.model_dir(spec.name))
+        if spec.is_ensemble:
+            model_version.services = self.services
         contexts = [
             HandlerContext(
                 spec=spec,
@@ -260,6 +299,29 @@ class ModelManager:
             await asyncio.gather(*list(self._retiring), return_exceptions=True)
 
     # -- lookups -------------------------------------------------------------------
+    def dependents(self, name: str) -> list[str]:
+        """The loaded ensembles that call ``name``, directly or through other ensembles (callers last)."""
+        found: list[str] = []
+        frontier = [name]
+        while frontier:
+            callee = frontier.pop()
+            for entry in self.models.values():
+                spec = entry.spec
+                if (spec is not None and spec.is_ensemble and entry.name not in found and entry.name != name
+                        and callee in composing_models(spec.steps)
+                        and any(m.in_service for m in entry.versions.values())):
+                    found.append(entry.name)
+                    frontier.append(entry.name)
+        return found
+
+    def _loaded_spec(self, name: str, version: int) -> ModelSpec | None:
+        """The config of a ready model version (``version`` -1: the newest), None if there is none."""
+        entry = self.models.get(name)
+        if entry is None or entry.spec is None:
+            return None
+        model_version = entry.newest_ready() if version < 0 else entry.versions.get(version)
+        return model_version.spec if model_version is not None and model_version.ready else None
+
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The ready version asked for (or the newest ready one), in Triton's words when there is none:
         NotFound for an unknown or failed model or version, Unavailable while a loaded version's instances
@@ -279,12 +341,12 @@ class ModelManager:
                 raise error(f"Request for unknown model: '{name}' version {number} is not at ready state"
                             + _detail(model_version.status()[1]))
             return model_version
-        ready = entry.ready_versions()
-        if not ready:
+        newest = entry.newest_ready()
+        if newest is None:
             reason = entry.reason or "; ".join(r for m in entry.versions.values() if (r := m.status()[1]))
             error = Unavailable if any(m.in_service for m in entry.versions.values()) else NotFound
             raise error(f"Request for unknown model: '{name}' has no available versions" + _detail(reason))
-        return entry.versions[ready[-1]]
+        return newest
 
     def entry(self, name: str) -> ModelEntry:
         entry = self.models.get(name)
@@ -341,9 +403,9 @@ class ModelManager:
 
 def parse_version(version: str) -> int | None:
     """A requested version as Triton reads it (C++ ``stol``: the leading integer); None for the newest."""
-    match = _LEADING_INTEGER.match(version)
     if not version:
         return None
+    match = _LEADING_INTEGER.match(version)
     if match is None:
         raise InvalidArgument(f"failed to get model version from specified version string '{version[:64]}' "
                               "(details: stol), version should be an integral value > 0")

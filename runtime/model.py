@@ -8,10 +8,12 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from handlers import HandlerContext, ModelHandler, handler_class
+from runtime.classification import load_labels
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
@@ -44,6 +46,8 @@ class ModelVersion:
     max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     instances: list[ModelHandler] = field(default_factory=list)
     stats: ModelStatistics = field(default_factory=ModelStatistics)
+    labels: dict[str, list[str]] = field(default_factory=dict)  # output -> its class labels (label_filename)
+    model_dir: Path | None = None  # the model's folder (label files are read from it)
     scheduler: Scheduler | None = field(default=None, repr=False)
     _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
     _in_flight: int = 0
@@ -90,6 +94,7 @@ class ModelVersion:
         """Create, load and warm up every instance (blocking: call from a worker thread)."""
         cls = handler_class(self.spec.handler)
         try:
+            self.load_labels()
             for context in contexts:
                 instance = cls(context)
                 self.instances.append(instance)
@@ -107,6 +112,12 @@ class ModelVersion:
         self._executor = ThreadPoolExecutor(
             max_workers=len(self.instances), thread_name_prefix=f"{self.name}-v{self.version}"
         )
+
+    def load_labels(self) -> None:
+        """Read the label files the outputs name (the classification extension); ModelLoadError if one fails."""
+        for output in self.spec.outputs:
+            if output.label_filename and self.model_dir is not None:
+                self.labels[output.name] = load_labels(self.model_dir, output.label_filename, output.name)
 
     def start(self) -> None:
         """Start scheduling on the running event loop; the version is READY from here on."""

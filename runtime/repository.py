@@ -55,12 +55,13 @@ class ModelRepository:
         """Parse the model's config.pbtxt, completed by the completer (if any); ModelLoadError with the reason
         on failure.  With a completer, a Python model (``<N>/model.py``) may come without a config, as in
         Triton."""
-        config = self._read_config(name)
+        config = self.raw_config(name)
         if self.completer is not None:
             config = self.completer(config, self.model_dir(name))
         return spec_from_config(config, name, self.gpu_count)
 
-    def _read_config(self, name: str) -> ModelConfig:
+    def raw_config(self, name: str) -> ModelConfig:
+        """The model's config as written (nothing completed or filled in); ModelLoadError if it cannot be read."""
         config_path = self.model_dir(name) / CONFIG_FILE
         if not config_path.exists() and self.completer is not None and self._has_python_model(name):
             return ModelConfig(name=name, backend="python")

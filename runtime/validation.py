@@ -12,8 +12,9 @@ import struct
 
 import numpy as np
 
+from runtime.classification import requested_count
 from runtime.config import ModelSpec, TensorSpec
-from runtime.datatypes import DATATYPES, deserialize_bytes, element_count, numpy_dtype
+from runtime.datatypes import DATATYPES, deserialize_bytes, element_count, numpy_dtype, wire_dtype
 from runtime.errors import InvalidArgument
 from runtime.types import InferRequest, InferTensor
 
@@ -62,8 +63,13 @@ def validate_request(spec: ModelSpec, request: InferRequest) -> int:
             raise InvalidArgument(f"{label}input '{tensor.name}' already exists in request")
         seen.add(tensor.name)
     for output in request.outputs:
-        if spec.output(output.name) is None and spec.outputs:
+        declared_output = spec.output(output.name)
+        if declared_output is None and spec.outputs:
             raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model}'")
+        if output.parameters and requested_count(output.parameters) and declared_output is not None \
+                and declared_output.datatype == "BYTES":
+            raise InvalidArgument(f"{label}output '{output.name}' of model '{model}' is BYTES: classification "
+                                  "needs numeric scores")
     inputs = list(reversed(request.inputs))  # Triton's iteration order
     required = [t for t in spec.inputs if not t.optional]
     if len(inputs) > len(spec.inputs) or len(inputs) < len(required):
@@ -175,14 +181,14 @@ def _materialize(spec: ModelSpec, tensor: InferTensor, label: str) -> None:
         elif tensor.data is not None:
             tensor.data = tensor.data.reshape(tensor.shape)
         return
-    dtype = numpy_dtype(tensor.datatype)
+    dtype = wire_dtype(tensor.datatype)
     expected = count * dtype.itemsize
     actual = len(tensor.raw) if tensor.raw is not None else (tensor.data.nbytes if tensor.data is not None else 0)
     if actual != expected:
         raise InvalidArgument(f"{label}input byte size mismatch for input '{tensor.name}' for model '{spec.name}'. "
                               f"Expected {expected}, got {actual}")
     if tensor.raw is not None:
-        tensor.data = np.frombuffer(tensor.raw, dtype=dtype.newbyteorder("<")).reshape(tensor.shape)
+        tensor.data = np.frombuffer(tensor.raw, dtype=dtype).reshape(tensor.shape)
         tensor.raw = None
     elif tensor.data is not None:
         tensor.data = tensor.data.reshape(tensor.shape)

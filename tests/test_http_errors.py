@@ -224,11 +224,6 @@ def test_unsupported_content_encoding(http):
     _assert_error(response, 501, "Unsupported compression type")
 
 
-def test_unsupported_extensions_are_reported(http):
-    body = {"inputs": _good_inputs(), "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 2}}]}
-    _assert_error(_infer(http, "simple_onnx", body), 501, "classification")
-
-
 def test_unknown_route_and_method(http):
     _assert_error(http.get("/v2/nothing/here"), 404, "Not Found")
     assert http.get("/v2/models/simple_onnx/infer").status_code == 405

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 from multiprocessing import Pipe
@@ -13,7 +14,7 @@ import psutil
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from handlers.python.transport import ALIGNMENT, Arena, PeerMemory
+from handlers.python.transport import ALIGNMENT, INLINE, INLINE_MAX_BYTES, Arena, PeerMemory
 from tests.support import ServerProcess, write_model
 
 
@@ -32,11 +33,12 @@ def _pair(arena: Arena) -> PeerMemory:
     return memory
 
 
-def test_tensors_round_trip_as_read_only_views():
-    arena = Arena(initial_bytes=1 << 16, growth_bytes=1 << 16)
-    data = np.arange(12, dtype=np.float32).reshape(3, 4)
-    text = np.array([b"a", b"", "ünï".encode()], dtype=object)
+def test_tensors_round_trip_as_views_of_shared_memory():
+    arena = Arena(initial_bytes=1 << 18, growth_bytes=1 << 16)
+    data = np.arange(3 * INLINE_MAX_BYTES, dtype=np.float32).reshape(3, -1)
+    text = np.array([b"a" * INLINE_MAX_BYTES, b"", "ünï".encode()], dtype=object)
     refs = [arena.write("X", data, "FP32"), arena.write("T", text, "BYTES")]
+    assert all(ref.segment != INLINE for ref in refs)
     memory = _pair(arena)
     view = memory.array(refs[0])
     np.testing.assert_array_equal(view, data)
@@ -44,6 +46,26 @@ def test_tensors_round_trip_as_read_only_views():
     assert memory.array(refs[1]).tolist() == text.tolist()
     assert memory.array(refs[0], copy=True).flags.owndata
     memory.close()
+    arena.close()
+
+
+def test_small_tensors_travel_inside_the_message_and_take_no_arena_space():
+    arena = Arena(initial_bytes=1 << 16, growth_bytes=1 << 16)
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    text = np.array([b"a", b"", "ünï".encode()], dtype=object)
+    refs = [arena.write("X", data, "FP32"), arena.write("T", text, "BYTES")]
+    assert [ref.segment for ref in refs] == [INLINE, INLINE] and arena.in_use() == 0
+    refs = pickle.loads(pickle.dumps(refs))  # as the connection carries them
+    memory = PeerMemory()
+    received = memory.array(refs[0])
+    np.testing.assert_array_equal(received, data)
+    received[0, 0] = 42  # the model's own copy: writable, as shared-memory inputs are
+    assert memory.array(refs[1]).tolist() == text.tolist()
+    returned = []
+    borrowed = memory.borrow(refs[0], lambda: returned.append(1))
+    np.testing.assert_array_equal(borrowed, data)
+    arena.free(refs)  # nothing to give back
+    assert arena.in_use() == 0 and not returned
     arena.close()
 
 

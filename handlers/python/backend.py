@@ -56,7 +56,7 @@ def to_result(result: Result | None) -> RequestResult:
         return RESCHEDULE
     if result[0] == "ok":
         arrays = {name: as_bytes_array(a) if a.dtype == np.object_ else a for name, a in result[1]}
-        return ModelOutputs(arrays, json.loads(result[2]) if result[2] else {})
+        return ModelOutputs(arrays, json.loads(result[2]) if result[2] and result[2] != "{}" else {})
     _, message, status = result
     return ServingError(message, Status(status))
 

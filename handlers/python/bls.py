@@ -29,6 +29,8 @@ CONTROL_PARAMETERS = frozenset({"timeout", "priority", "sequence_id", "sequence_
 
 def model_parameters(parameters: dict[str, Any]) -> str:
     """The JSON a model's ``request.parameters()`` returns."""
+    if not parameters:
+        return "{}"
     return json.dumps({k: v for k, v in parameters.items() if k not in CONTROL_PARAMETERS})
 
 

@@ -7,6 +7,9 @@ it as a numpy view, without a copy.  The memory has no name in any file system, 
 as soon as the last process that maps it exits or closes it: a crashed worker leaves nothing
 behind.  An arena starts at ``initial_bytes`` and grows by segments of at least
 ``growth_bytes`` (Triton's ``shm-default-byte-size`` / ``shm-growth-byte-size``).
+
+Tensors of at most ``INLINE_MAX_BYTES`` travel inside the message instead: for them, allocating,
+mapping and later releasing arena space costs more than the copy it saves.
 """
 
 from __future__ import annotations
@@ -17,22 +20,25 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
+from typing import NamedTuple
 
 import numpy as np
 
-from runtime.datatypes import deserialize_bytes, serialize_bytes
+from runtime.datatypes import deserialize_bytes, serialize_bytes, wire_dtype
 
 ALIGNMENT = 64
 DEFAULT_INITIAL_BYTES = 1 << 20
 DEFAULT_GROWTH_BYTES = 1 << 20
+INLINE_MAX_BYTES = 16 * 1024
+INLINE = -1  # the segment of a tensor carried in the message itself
 
 
-@dataclass(frozen=True, slots=True)
-class TensorRef:
-    """Where one tensor lies in the sender's arena."""
+class TensorRef(NamedTuple):
+    """Where one tensor lies in the sender's arena (or, for a small one, its bytes: ``inline``).
+
+    A tuple, so that pickling a message of many of them stays cheap."""
 
     name: str
     datatype: str
@@ -40,6 +46,7 @@ class TensorRef:
     segment: int
     offset: int
     nbytes: int
+    inline: bytes | None = None
 
 
 def _align(size: int) -> int:
@@ -127,9 +134,14 @@ class Arena:
             return self.total_bytes - sum(length for free in self._free for _, length in free)
 
     def write(self, name: str, array: np.ndarray, datatype: str) -> TensorRef:
-        """Copy a tensor into the arena."""
+        """Copy a tensor into the arena (a small one into the reference itself)."""
+        shape = tuple(int(d) for d in array.shape)
+        if datatype != "BYTES" and array.nbytes <= INLINE_MAX_BYTES:
+            return TensorRef(name, datatype, shape, INLINE, 0, array.nbytes, array.tobytes())
         if datatype == "BYTES":
             data = serialize_bytes(array)
+            if len(data) <= INLINE_MAX_BYTES:
+                return TensorRef(name, datatype, shape, INLINE, 0, len(data), bytes(data))
             segment, offset = self.allocate(len(data))
             self.segments[segment].view[offset : offset + len(data)] = data
             nbytes = len(data)
@@ -140,11 +152,12 @@ class Arena:
             if nbytes:
                 target = np.frombuffer(self.segments[segment].view, dtype=np.uint8, count=nbytes, offset=offset)
                 target[:] = source.reshape(-1).view(np.uint8)
-        return TensorRef(name, datatype, tuple(int(d) for d in array.shape), segment, offset, nbytes)
+        return TensorRef(name, datatype, shape, segment, offset, nbytes)
 
     def free(self, refs: list[TensorRef]) -> None:
         for ref in refs:
-            self.release(ref.segment, ref.offset, ref.nbytes)
+            if ref.segment != INLINE:
+                self.release(ref.segment, ref.offset, ref.nbytes)
 
     def announce(self, connection: Connection, peer_pid: int) -> None:
         """Send the peer the descriptors of segments it has not got yet (before a message that uses them)."""
@@ -169,26 +182,30 @@ class PeerMemory:
         self.segments[index] = _Segment(size, fd=recv_handle(connection))
 
     def array(self, ref: TensorRef, copy: bool = False) -> np.ndarray:
-        """The tensor a reference points at: a read-only view (or a private copy)."""
-        view = self.segments[ref.segment].view[ref.offset : ref.offset + ref.nbytes]
+        """The tensor a reference points at: a writable view of the peer's memory (or a private copy)."""
+        if ref.segment == INLINE:
+            view, copy = memoryview(bytearray(ref.inline or b"")), False  # a private, writable copy already
+        else:
+            view = self.segments[ref.segment].view[ref.offset : ref.offset + ref.nbytes]
         if ref.datatype == "BYTES":
             count = int(np.prod(ref.shape, dtype=np.int64))
             return deserialize_bytes(view, count, ref.name).reshape(ref.shape)
-        from runtime.datatypes import numpy_dtype
-
-        array = np.frombuffer(view, dtype=numpy_dtype(ref.datatype)).reshape(ref.shape)
+        array = np.frombuffer(view, dtype=wire_dtype(ref.datatype)).reshape(ref.shape)
         return array.copy() if copy else array
 
     def borrow(self, ref: TensorRef, release: Callable[[], None]) -> np.ndarray:
         """The tensor in place, without a copy; ``release`` runs once nothing refers to its memory any more
-        (the array and every view of it gone), to let the peer reuse it.  BYTES are copied (and released)."""
+        (the array and every view of it gone), to let the peer reuse it.  BYTES are copied (and released);
+        a tensor that came inline is read where it is (read-only) and has nothing to release."""
+        if ref.segment == INLINE:
+            if ref.datatype == "BYTES":
+                return self.array(ref)
+            return np.frombuffer(ref.inline or b"", dtype=wire_dtype(ref.datatype)).reshape(ref.shape)
         if ref.datatype == "BYTES" or not ref.nbytes:
             array = self.array(ref, copy=True)
             release()
             return array
-        from runtime.datatypes import numpy_dtype
-
-        owner = _Borrowed(self.segments[ref.segment].map, ref, numpy_dtype(ref.datatype))
+        owner = _Borrowed(self.segments[ref.segment].map, ref, wire_dtype(ref.datatype))
         weakref.finalize(owner, release)
         return np.asarray(owner)
 
@@ -204,4 +221,4 @@ class _Borrowed:
     def __init__(self, segment: mmap.mmap, ref: TensorRef, dtype: np.dtype) -> None:
         self.buffer = (ctypes.c_char * ref.nbytes).from_buffer(segment, ref.offset)
         self.__array_interface__ = {"data": (ctypes.addressof(self.buffer), False), "shape": ref.shape,
-                                    "typestr": dtype.newbyteorder("<").str, "version": 3}
+                                    "typestr": dtype.str, "version": 3}

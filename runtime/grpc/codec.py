@@ -8,8 +8,9 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2
 
+from runtime.classification import PARAMETER as CLASSIFICATION
 from runtime.datatypes import array_to_buffer, numpy_dtype
-from runtime.errors import InvalidArgument, Unsupported
+from runtime.errors import InvalidArgument
 from runtime.shared_memory import require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
@@ -28,11 +29,12 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-_UNSUPPORTED_PARAMETERS = ("classification",)
 
 
 def parameters_to_dict(parameters) -> dict[str, Any]:
     """A map<string, InferParameter> as plain Python values."""
+    if not parameters:
+        return {}
     result: dict[str, Any] = {}
     for key, parameter in parameters.items():
         which = parameter.WhichOneof("parameter_choice")
@@ -40,11 +42,20 @@ def parameters_to_dict(parameters) -> dict[str, Any]:
     return result
 
 
-def _check_parameters(parameters: dict[str, Any], what: str) -> None:
-    for key in _UNSUPPORTED_PARAMETERS:
-        if key in parameters:
-            raise Unsupported(f"{what}: parameter '{key}' is not supported by this server")
-    require_no_regions(parameters)
+def _check_parameters(parameters: dict[str, Any]) -> None:
+    if parameters:
+        require_no_regions(parameters)
+
+
+def _check_classification(parameters) -> None:
+    """gRPC asks for classification with a positive int64 (tritonclient's ``class_count``), as Triton reads it."""
+    if CLASSIFICATION not in parameters:
+        return
+    parameter = parameters[CLASSIFICATION]
+    if parameter.WhichOneof("parameter_choice") != "int64_param":
+        raise InvalidArgument(f"invalid value type for '{CLASSIFICATION}' parameter, expected int64_param")
+    if parameter.int64_param < 1:
+        raise InvalidArgument(f"invalid value for '{CLASSIFICATION}' parameter, expected >= 0")  # Triton's words
 
 
 def _set_parameter(target, key: str, value: Any) -> None:
@@ -79,11 +90,11 @@ def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest
     model = message.model_name
     raw_contents = message.raw_input_contents
     parameters = parameters_to_dict(message.parameters)
-    _check_parameters(parameters, "request")
+    _check_parameters(parameters)
     inputs = []
     for index, tensor in enumerate(message.inputs):
         input_parameters = parameters_to_dict(tensor.parameters)
-        _check_parameters(input_parameters, f"input '{tensor.name}'")
+        _check_parameters(input_parameters)
         shape = tuple(tensor.shape)
         if raw_contents:
             if tensor.HasField("contents"):
@@ -104,8 +115,9 @@ def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest
         raise InvalidArgument(f"unexpected additional input data for model '{model}'")
     outputs = []
     for output in message.outputs:
+        _check_classification(output.parameters)
         output_parameters = parameters_to_dict(output.parameters)
-        _check_parameters(output_parameters, f"output '{output.name}'")
+        _check_parameters(output_parameters)
         outputs.append(RequestedOutput(output.name, output_parameters))
     return InferRequest(
         model_name=model,

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from runtime.datatypes import DATATYPES, array_to_buffer, for_input
-from runtime.errors import InvalidArgument, Unsupported
+from runtime.errors import InvalidArgument
 from runtime.http.json_data import array_from_json, cut_out_arrays, dumps, json_fragment
 from runtime.shared_memory import require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
@@ -21,7 +21,6 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 RAW_INPUT = "raw_input"  # the name Triton gives the one input of a raw binary request
 RESERVED_PREFIX = "triton_"
 _LARGE_HEADER = 1 << 20  # headers past this size have their large data arrays cut out before parsing
-_UNSUPPORTED_PARAMETERS = ("classification",)
 _CONTENT_FIELDS = "'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'"
 
 
@@ -85,9 +84,6 @@ def _parameters(parameters: Any, what: str) -> dict:
         return {}
     if not isinstance(parameters, dict):
         raise InvalidArgument(f"{what} 'parameters' must be a JSON object")
-    for key in _UNSUPPORTED_PARAMETERS:
-        if key in parameters:
-            raise Unsupported(f"parameter '{key}' is not supported by this server")
     require_no_regions(parameters)
     return parameters
 

@@ -9,7 +9,16 @@ import struct
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from tests.conformance.harness import GrpcCase, HttpCase, drop, each, replace_at, server_sent_events, sort_list
+from tests.conformance.harness import (
+    GrpcCase,
+    HttpCase,
+    drop,
+    each,
+    outputs_by_name,
+    replace_at,
+    server_sent_events,
+    sort_list,
+)
 
 A = [1.0, 2.0, 3.0, 4.0]
 B = [1.0, 1.0, 1.0, 1.0]
@@ -48,6 +57,13 @@ def bytes_tensor(items: list[bytes]) -> bytes:
 def infer(name: str, model: str, body, headers: dict | None = None, normalize=None, version: str = "") -> HttpCase:
     path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
     return HttpCase(name, "POST", path, body, headers or {}, normalize)
+
+
+def ensemble_body(rows: int = 1, outputs: list[str] | None = None) -> dict:
+    body = {"inputs": [tensor("A", A * rows, shape=[rows, 4]), tensor("B", B * rows, shape=[rows, 4])]}
+    if outputs is not None:
+        body["outputs"] = [{"name": name} for name in outputs]
+    return body
 
 
 SERVER_METADATA = drop("body.version")  # ours carries our own version
@@ -212,6 +228,22 @@ HTTP_CASES: list[HttpCase] = [
     infer("http-infer-priority-parameter", "add_sub", add_sub(parameters={"priority": 1})),
     infer("http-infer-classification", "add_sub", add_sub(outputs=[{"name": "OUTPUT0",
                                                                     "parameters": {"classification": 2}}])),
+    infer("http-infer-classification-labels-batched", "classify", add_sub(
+        [0.5, 2.0, -1.0, 2.0, 9.0, 0.0, 1.0, 3.0], B * 2, shape=[2, 4],
+        outputs=[{"name": "OUTPUT0", "parameters": {"classification": 3}},
+                 {"name": "OUTPUT1", "parameters": {"classification": 1}}])),
+    infer("http-infer-classification-more-than-classes", "classify", add_sub(
+        shape=[1, 4], outputs=[{"name": "OUTPUT0", "parameters": {"classification": 9}}])),
+    infer("http-infer-classification-zero", "classify", add_sub(
+        shape=[1, 4], outputs=[{"name": "OUTPUT0", "parameters": {"classification": 0}}])),
+    infer("http-infer-classification-binary", "classify", add_sub(
+        shape=[1, 4], outputs=[{"name": "OUTPUT0", "parameters": {"classification": 2, "binary_data": True}}])),
+    infer("http-infer-classification-int32", "add_sub_int", add_sub(
+        [7, 1, 7, 3], [1, 1, 1, 1], "INT32", outputs=[{"name": "OUTPUT1", "parameters": {"classification": 3}}])),
+    infer("http-infer-classification-negative", "classify", add_sub(
+        shape=[1, 4], outputs=[{"name": "OUTPUT0", "parameters": {"classification": -1}}])),
+    infer("http-infer-classification-not-a-number", "classify", add_sub(
+        shape=[1, 4], outputs=[{"name": "OUTPUT0", "parameters": {"classification": "2"}}])),
     infer("http-infer-shared-memory-input", "add_sub", {"inputs": [
         {"name": "INPUT0", "datatype": "FP32", "shape": [4], "parameters": {
             "shared_memory_region": "nope", "shared_memory_byte_size": 16}}, tensor("INPUT1", B)]}),
@@ -256,6 +288,25 @@ HTTP_CASES: list[HttpCase] = [
     # -- model control with control mode none ------------------------------------------------------------
     HttpCase("http-load-without-explicit-mode", "POST", "/v2/repository/models/add_sub/load"),
     HttpCase("http-unload-without-explicit-mode", "POST", "/v2/repository/models/add_sub/unload"),
+    # -- ensembles ---------------------------------------------------------------------------------------------
+    infer("http-ensemble-infer", "pipeline", ensemble_body(), normalize=outputs_by_name),
+    infer("http-ensemble-infer-batch-of-two", "pipeline", ensemble_body(rows=2), normalize=outputs_by_name),
+    infer("http-ensemble-infer-one-output", "pipeline", ensemble_body(outputs=["DIFF"])),
+    infer("http-ensemble-infer-unknown-output", "pipeline", ensemble_body(outputs=["sum"])),
+    infer("http-ensemble-infer-parallel-steps", "pipeline_parallel", ensemble_body(), normalize=outputs_by_name),
+    infer("http-ensemble-infer-of-ensemble", "pipeline_of_pipeline", ensemble_body(), normalize=outputs_by_name),
+    infer("http-ensemble-infer-missing-input", "pipeline", {"inputs": ensemble_body()["inputs"][:1]}),
+    infer("http-ensemble-infer-wrong-shape", "pipeline", {"inputs": [
+        tensor("A", A[:3], shape=[1, 3]), tensor("B", B, shape=[1, 4])]}),
+    infer("http-ensemble-infer-failed-graph", "ensemble_cycle", ensemble_body()),
+    infer("http-ensemble-infer-missing-model", "ensemble_missing_model", ensemble_body()),
+    HttpCase("http-ensemble-metadata", "GET", "/v2/models/pipeline"),
+    HttpCase("http-ensemble-config", "GET", "/v2/models/pipeline/config"),
+    HttpCase("http-ensemble-ready", "GET", "/v2/models/pipeline/ready"),
+    HttpCase("http-ensemble-ready-failed", "GET", "/v2/models/ensemble_dtype_mismatch/ready"),
+    HttpCase("http-ensemble-metadata-failed", "GET", "/v2/models/ensemble_batch_too_big"),
+    HttpCase("http-ensemble-config-failed", "GET", "/v2/models/ensemble_unused_tensor/config"),
+    HttpCase("http-ensemble-stats", "GET", "/v2/models/pipeline/stats", normalize=STATS_SHAPE),
     # -- routes and extensions -----------------------------------------------------------------------------
     HttpCase("http-unknown-route", "GET", "/v2/nothing/here"),
     HttpCase("http-root", "GET", "/"),
@@ -288,6 +339,27 @@ def grpc_add_sub(model: str = "add_sub", version: str = "", raw: bool = True, a=
             request.parameters[key].int64_param = value
         else:
             request.parameters[key].string_param = value
+    return request
+
+
+def grpc_classify(count: int | str) -> service_pb2.ModelInferRequest:
+    """The ``classify`` model, its OUTPUT0 asked for as the top ``count`` classes (tritonclient's class_count)."""
+    request = grpc_add_sub("classify", a=[0.5, 2.0, -1.0, 2.0, 9.0, 0.0, 1.0, 3.0], b=B * 2, shape=(2, 4))
+    parameter = request.outputs.add(name="OUTPUT0").parameters["classification"]
+    if isinstance(count, str):
+        parameter.string_param = count
+    else:
+        parameter.int64_param = count
+    return request
+
+
+def grpc_ensemble(model: str = "pipeline", outputs: tuple[str, ...] = ()) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name, values in (("A", A), ("B", B)):
+        request.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        request.raw_input_contents.append(np.asarray(values, dtype=np.float32).tobytes())
+    for name in outputs:
+        request.outputs.add(name=name)
     return request
 
 
@@ -375,6 +447,10 @@ GRPC_CASES: list[GrpcCase] = [
              service_pb2.RepositoryIndexRequest(repository_name="elsewhere")),
     GrpcCase("grpc-infer-raw", "ModelInfer", grpc_add_sub()),
     GrpcCase("grpc-infer-typed", "ModelInfer", grpc_add_sub(raw=False)),
+    GrpcCase("grpc-infer-classification", "ModelInfer", grpc_classify(3)),
+    GrpcCase("grpc-infer-classification-zero", "ModelInfer", grpc_classify(0)),
+    GrpcCase("grpc-infer-classification-negative", "ModelInfer", grpc_classify(-2)),
+    GrpcCase("grpc-infer-classification-not-int64", "ModelInfer", grpc_classify("3")),
     GrpcCase("grpc-infer-typed-int32", "ModelInfer", grpc_add_sub("add_sub_int", raw=False, a=[1, 2, 3, 4],
                                                                   b=[1, 1, 1, 1], datatype="INT32")),
     GrpcCase("grpc-infer-id", "ModelInfer", grpc_add_sub(request_id="req-1")),
@@ -432,6 +508,13 @@ GRPC_CASES: list[GrpcCase] = [
              [grpc_ints("repeat", [], "r1", {"triton_enable_empty_final_response": True})]),
     GrpcCase("grpc-stream-empty-final-on-plain-model", "ModelStreamInfer",
              [grpc_add_sub(request_id="p", parameters={"triton_enable_empty_final_response": True})]),
+    GrpcCase("grpc-ensemble-infer", "ModelInfer", grpc_ensemble(), normalize=outputs_by_name),
+    GrpcCase("grpc-ensemble-infer-one-output", "ModelInfer", grpc_ensemble(outputs=("DOUBLED",))),
+    GrpcCase("grpc-ensemble-infer-of-ensemble", "ModelInfer", grpc_ensemble("pipeline_of_pipeline"),
+             normalize=outputs_by_name),
+    GrpcCase("grpc-ensemble-infer-failed-graph", "ModelInfer", grpc_ensemble("ensemble_cycle")),
+    GrpcCase("grpc-ensemble-config", "ModelConfig", service_pb2.ModelConfigRequest(name="pipeline")),
+    GrpcCase("grpc-ensemble-metadata", "ModelMetadata", service_pb2.ModelMetadataRequest(name="pipeline")),
     GrpcCase("grpc-log-settings", "LogSettings", service_pb2.LogSettingsRequest()),
     GrpcCase("grpc-trace-setting", "TraceSetting", service_pb2.TraceSettingRequest()),
     GrpcCase("grpc-system-shared-memory-status", "SystemSharedMemoryStatus",

@@ -17,6 +17,8 @@ DIFFERENCES: dict[str, str] = {
     # -- Triton's answer is a defect a client would not want -------------------------------------------------
     "http-index-bad-json": TRITON_500,
     "http-infer-malformed-json": TRITON_500,
+    "http-infer-classification-negative": TRITON_500,
+    "http-infer-classification-not-a-number": TRITON_500,
     "http-infer-json-array-body": TRITON_500,
     "http-infer-inputs-not-a-list": TRITON_500,
     "http-infer-datatype-not-a-string": TRITON_500,
@@ -57,10 +59,9 @@ DIFFERENCES: dict[str, str] = {
                                      "name; we decode %-escapes first, so such a path never reaches a model lookup "
                                      "(404 'Not Found' from the router)"),
     # -- not built yet -------------------------------------------------------------------------------------------
-    "http-server-metadata": ("the extensions list names what we serve: classification, sequence, shared memory, "
-                             "trace and logging come with issues #12 and #13"),
+    "http-server-metadata": ("the extensions list names what we serve: sequence, shared memory, trace and logging "
+                             "come with issue #13"),
     "grpc-server-metadata": "same as http-server-metadata",
-    "http-infer-classification": NOT_YET.format(what="the classification extension", issue="#12"),
     "http-logging": NOT_YET.format(what="the logging extension", issue="#13"),
     "grpc-log-settings": NOT_YET.format(what="the logging extension", issue="#13"),
     "http-trace-setting": NOT_YET.format(what="trace settings", issue="#13"),

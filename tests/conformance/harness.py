@@ -188,6 +188,20 @@ def sort_list(path: str, key: str = "name") -> Normalize:
         item, dict) else item, sort_keys=True)) if isinstance(items, list) else items)
 
 
+def outputs_by_name(observed: dict) -> dict:
+    """An ensemble's outputs in name order, raw contents alongside (Triton answers them in its hash map's order:
+    neither the config's nor the request's)."""
+    body = observed.get("body", observed.get("response"))
+    if isinstance(body, dict) and isinstance(body.get("outputs"), list):
+        raws = body.get("raw_output_contents")
+        if isinstance(raws, list) and len(raws) == len(body["outputs"]):
+            pairs = sorted(zip(body["outputs"], raws, strict=True), key=lambda pair: pair[0].get("name", ""))
+            body["outputs"], body["raw_output_contents"] = [p[0] for p in pairs], [p[1] for p in pairs]
+        else:
+            body["outputs"] = sorted(body["outputs"], key=lambda output: output.get("name", ""))
+    return observed
+
+
 def server_sent_events(observed: dict) -> dict:
     """An event-stream body as its events' JSON (``data: {...}`` lines), and whether each event is framed as
     ``data: <json>\n\n``."""

@@ -29,7 +29,7 @@ from tests.conformance.harness import (
     sort_list,
     without_traceback,
 )
-from tests.conformance.models import ADD_SUB, VERSION
+from tests.conformance.models import ADD_SUB, VERSION, build_repository
 from tests.conformance.servers import Pair, start_pair
 
 INDEX = sort_list("body")
@@ -207,7 +207,8 @@ def explicit_pair(repository, tmp_path):
 
 
 @pytest.fixture
-def poll_pair(repository, tmp_path):
+def poll_pair(tmp_path):
+    repository = build_repository(tmp_path / "models", label_files=False)
     servers = start_pair(repository, tmp_path, ("--model-control-mode=poll", "--repository-poll-secs=1"),
                          ("--model-control-mode", "poll", "--poll-interval", "1"))
     yield servers
