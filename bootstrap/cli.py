@@ -47,8 +47,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--shutdown-timeout", type=float,
                      help="seconds SIGTERM waits for in-flight requests and finalize (default 30)")
     run.add_argument("--cache-dir", help="local cache for a repository synced from object storage")
+    run.add_argument("--cache-config", metavar="local,size=BYTES",
+                     help="the response cache, as Triton's flag: 'local,size=N' (also function.yaml cache.size_bytes)")
+    run.add_argument("--response-cache-byte-size", type=int, metavar="BYTES", help="the response cache's size")
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
     return parser
+
+
+def _cache_size(text: str) -> int:
+    """Triton's ``--cache-config local,size=N`` (the only cache implementation here is the local one)."""
+    kind, _, setting = text.partition(",")
+    key, _, value = setting.partition("=")
+    if kind != "local" or key != "size" or not value.isdigit():
+        raise SettingsError(f"--cache-config must be 'local,size=<bytes>', not '{text}'")
+    return int(value)
 
 
 def _settings(args: argparse.Namespace) -> FunctionSettings:
@@ -81,6 +93,10 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         settings.shutdown_timeout_seconds = args.shutdown_timeout
     if args.cache_dir:
         settings.cache_dir = str(Path(args.cache_dir).resolve())
+    if args.cache_config is not None:
+        settings.response_cache_bytes = _cache_size(args.cache_config)
+    if args.response_cache_byte_size is not None:
+        settings.response_cache_bytes = max(0, args.response_cache_byte_size)
     if args.host:
         settings.host = args.host
     if args.http_port is not None:
@@ -135,6 +151,7 @@ async def _serve(settings: FunctionSettings) -> int:
         ),
         server_name=settings.server_name,
         strict_readiness=settings.strict_readiness,
+        cache_size_bytes=settings.response_cache_bytes,
         auto_complete_config=settings.auto_complete_config,
         auth_token=settings.auth_token,
         auth_exempt_health=settings.auth_exempt_health,

@@ -45,6 +45,7 @@ class FunctionSettings:
     storage: StorageSettings = field(default_factory=StorageSettings)
     cold_start_deadline_seconds: float = 600.0
     cache_dir: str = field(default_factory=default_cache_dir)
+    response_cache_bytes: int = 0  # the response cache's budget (cache.size_bytes; 0: off)
     model_control: str = "none"  # none | poll | explicit
     poll_interval_seconds: float = 5.0
     load_models: tuple[str, ...] = ()
@@ -73,7 +74,7 @@ class FunctionSettings:
 
 
 _TOP_LEVEL = {
-    "name", "model_repository", "server", "instance", "auth", "storage", "cache_dir", "model_control",
+    "name", "model_repository", "server", "instance", "auth", "storage", "cache_dir", "cache", "model_control",
     "idle_timeout_seconds", "shutdown_timeout_seconds",
 }
 
@@ -151,6 +152,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                          "max_concurrency", "connect_timeout_seconds", "read_timeout_seconds",
                                          "cold_start_deadline_seconds"})
     control = _section(data, "model_control", {"mode", "poll_interval_seconds", "load_models"})
+    response_cache = _section(data, "cache", {"size_bytes"})
 
     settings = FunctionSettings(base_dir=base_dir)
     settings.name = str(data.get("name", settings.name))
@@ -216,6 +218,10 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     if not isinstance(cache_dir, str) or not cache_dir:
         raise SettingsError("cache_dir must be a path")
     settings.cache_dir = cache_dir
+    size = response_cache.get("size_bytes", 0)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise SettingsError("cache.size_bytes must be a whole number of bytes (0: no response cache)")
+    settings.response_cache_bytes = size
 
     settings.model_control = _choice(control, "mode", "none", ("none", "poll", "explicit"), "model_control")
     settings.poll_interval_seconds = _seconds(control, "poll_interval_seconds", 5.0, "model_control", positive=True)

@@ -110,6 +110,7 @@ class ModelSpec:
     proto: ModelConfig = field(repr=False, compare=False)
     decoupled: bool = False  # model_transaction_policy { decoupled: true }
     steps: tuple[EnsembleStep, ...] = ()  # ensemble_scheduling (platform "ensemble")
+    response_cache: bool = False  # response_cache { enable: true }
 
     @property
     def is_ensemble(self) -> bool:
@@ -333,6 +334,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
         proto=config,
         decoupled=config.model_transaction_policy.decoupled,
         steps=ensemble_steps(config, folder_name, inputs, outputs) if handler == ENSEMBLE else (),
+        response_cache=config.response_cache.enable,
     )
 
 

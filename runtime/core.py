@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from runtime import __version__
+from runtime.cache import ResponseCache, through_cache
 from runtime.classification import classify, requested_count
 from runtime.config import ModelSpec
 from runtime.control import ModelControl
@@ -42,7 +43,7 @@ class InferenceService:
     """
 
     def __init__(self, manager: ModelManager, control: ModelControl | None = None, server_name: str = SERVER_NAME,
-                 strict_readiness: bool = True) -> None:
+                 strict_readiness: bool = True, cache: ResponseCache | None = None) -> None:
         self.manager = manager
         self.control = control or ModelControl(manager)
         self.server_name = server_name
@@ -52,6 +53,9 @@ class InferenceService:
         self.last_activity = time.monotonic()
         self.in_flight = 0
         self.custom_metrics = CustomMetrics()
+        self.cache = cache  # the response cache (None: off)
+        if cache is not None:
+            manager.retire_hooks.append(cache.evict_model)
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop serving requests
         try:
             self.loop = asyncio.get_running_loop()
@@ -152,7 +156,10 @@ class InferenceService:
                                   "come only through a stream")
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
-            result = await model.infer(request, batch_size)
+            if self.cache is not None and model.spec.response_cache:
+                result = await through_cache(self.cache, model, request, lambda: model.infer(request, batch_size))
+            else:
+                result = await model.infer(request, batch_size)
             return self._response(model, request, result)
         finally:
             self.in_flight -= 1

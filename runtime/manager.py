@@ -7,6 +7,7 @@ import hashlib
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from handlers import HandlerContext
@@ -71,6 +72,7 @@ class ModelManager:
         self._retiring: set[asyncio.Task] = set()
         self.drain_incomplete = False  # some retired version still had requests in flight at its deadline
         self.services: ServerServices | None = None  # what models may call (BLS, ...); set by the core
+        self.retire_hooks: list[Callable[[ModelVersion], None]] = []  # told of each version being retired
 
     # -- loading and reloading -------------------------------------------------
     async def load_all(self) -> None:
@@ -171,7 +173,7 @@ class ModelManager:
                 spec = await asyncio.to_thread(self.repository.read_spec, name)
             versions = self.repository.select_versions(spec)
             if spec.is_ensemble:
-                check_composing_models(spec, self._loaded_spec)
+                spec = check_composing_models(spec, self._loaded_spec)
         except ModelLoadError as exc:
             return self._record_failure(name, old, serving, str(exc), digest)
         config_same = old is not None and old.spec is not None and old.spec.proto == spec.proto
@@ -264,6 +266,8 @@ class ModelManager:
         """
         if model_version.state is ModelState.READY:
             model_version.state = ModelState.UNLOADING
+        for hook in self.retire_hooks:
+            hook(model_version)
         if deadline is None:
             deadline = time.monotonic() + self.drain_timeout
         task = asyncio.create_task(self._drain_and_unload(model_version, deadline))

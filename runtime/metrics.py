@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 import psutil
 from prometheus_client.core import CollectorRegistry, Metric
 
+from runtime.cache import ResponseCache
 from runtime.devices import gpu_count
 from runtime.manager import ModelManager
 from runtime.model import ModelVersion
@@ -56,8 +57,9 @@ def _labels(model: ModelVersion) -> dict[str, str]:
 class ServerCollector:
     """Yields every metric family at scrape time."""
 
-    def __init__(self, manager: ModelManager) -> None:
+    def __init__(self, manager: ModelManager, cache: ResponseCache | None = None) -> None:
         self.manager = manager
+        self.cache = cache
         psutil.cpu_percent(interval=None)  # the first call starts the measuring interval
 
     def _versions(self) -> list[ModelVersion]:
@@ -67,6 +69,8 @@ class ServerCollector:
     def collect(self) -> Iterator[Metric]:
         models = [(m, m.stats.to_dict(m.name, m.version)) for m in self._versions()]
         yield from _model_metrics(models)
+        if self.cache is not None:
+            yield from _cache_metrics(self.cache, [(m, s) for m, s in models if m.spec.response_cache])
         yield from _host_metrics()
         if gpu_count():
             yield from _gpu_metrics()
@@ -88,6 +92,34 @@ def _model_metrics(models: list[tuple[ModelVersion, dict]]) -> Iterator[Metric]:
                    for m, _ in models for reason, count in m.stats.failure_counts().items()))
     for name, kind, help_text, read in _MODEL_METRICS[1:]:
         yield _metric(name, kind, help_text, ((_labels(m), read(m, s)) for m, s in models))
+
+
+def _cache_metrics(cache: ResponseCache, models: list[tuple[ModelVersion, dict]]) -> Iterator[Metric]:
+    """Triton's response-cache families: per model (the versions that use the cache), then the cache's own."""
+    per_model = (("nv_cache_num_hits_per_model", "Number of cache hits per model", "cache_hit", "count"),
+                 ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds",
+                  "cache_hit", "ns"),
+                 ("nv_cache_num_misses_per_model", "Number of cache misses per model", "cache_miss", "count"),
+                 ("nv_cache_miss_duration_per_model",
+                  "Total cache miss (insert+lookup) duration per model, in microseconds", "cache_miss", "ns"))
+    for name, help_text, phase, field in per_model:
+        scale = 1000 if field == "ns" else 1
+        yield _metric(name, "counter", help_text,
+                      ((_labels(m), s["inference_stats"][phase][field] // scale) for m, s in models))
+    counters = cache.counters()
+    utilization = counters.used_bytes / counters.capacity_bytes if counters.capacity_bytes else 0.0
+    for name, help_text, value in (
+            ("nv_cache_util", "Cache utilization [0.0 - 1.0]", utilization),
+            ("nv_cache_num_entries", "Number of responses stored in response cache", counters.entries),
+            ("nv_cache_num_hits", "Number of cache hits in response cache", counters.hits),
+            ("nv_cache_num_misses", "Number of cache misses in response cache", counters.misses),
+            ("nv_cache_num_lookups", "Number of cache lookups in response cache", counters.lookups),
+            ("nv_cache_num_evictions", "Number of cache evictions in response cache", counters.evictions),
+            ("nv_cache_lookup_duration", "Total cache lookup duration (hit and miss), in microseconds",
+             counters.lookup_ns // 1000),
+            ("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds",
+             counters.insertion_ns // 1000)):
+        yield _metric(name, "gauge", help_text, [({}, value)])
 
 
 def _host_metrics() -> Iterator[Metric]:
@@ -145,9 +177,9 @@ def _batch_size_histogram(models: list[tuple[ModelVersion, dict]]) -> Metric:
     return metric
 
 
-def metrics_registry(manager: ModelManager) -> CollectorRegistry:
+def metrics_registry(manager: ModelManager, cache: ResponseCache | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ServerCollector(manager))
+    registry.register(ServerCollector(manager, cache))
     return registry
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from handlers.python.auto_complete import complete_config
 from runtime.auth import TokenAuth
+from runtime.cache import ResponseCache
 from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
 from runtime.devices import gpu_count
@@ -60,6 +61,7 @@ class ServerOptions:
     poll_interval: float = 5.0
     idle_timeout: float = 0.0  # exit after this long without requests (0: never)
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
+    cache_size_bytes: int = 0  # the response cache's budget (0: no cache)
 
 
 def _end_process_after(seconds: float, code: int) -> None:
@@ -88,7 +90,9 @@ class Server:
         )
         self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source,
                                     options.startup_models)
-        self.service = InferenceService(self.manager, self.control, options.server_name, options.strict_readiness)
+        cache = ResponseCache(options.cache_size_bytes) if options.cache_size_bytes > 0 else None
+        self.service = InferenceService(self.manager, self.control, options.server_name, options.strict_readiness,
+                                        cache)
         self.exit_code = 0
 
     async def run(self, stop: asyncio.Event) -> int:

@@ -64,6 +64,20 @@ class ModelStatistics:
                 self.inference_count += batch_size
             self.last_inference_ms = time.time_ns() // 1_000_000
 
+    def record_cache_hit(self, lookup_ns: int, total_ns: int) -> None:
+        """A request answered from the response cache after ``total_ns`` (``lookup_ns`` of it finding the answer):
+        a success, but no inference (as Triton counts them)."""
+        with self._lock:
+            self.phases["success"].add(total_ns)
+            self.phases["queue"].add(0)
+            self.phases["cache_hit"].add(lookup_ns)
+            self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
+        """A request the cache could not answer (``lookup_and_insert_ns`` spent looking and storing)."""
+        with self._lock:
+            self.phases["cache_miss"].add(lookup_and_insert_ns)
+
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int, requests: int) -> None:
         """One model execution of ``batch_size`` (summed over ``requests`` requests)."""
         with self._lock:

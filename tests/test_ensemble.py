@@ -4,6 +4,7 @@ and the checks of a graph."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from runtime.config import parse_model_config
+from runtime.ensemble import check_composing_models
 from runtime.ensemble_config import load_order
 from runtime.errors import ModelLoadError
 from tests.support import ServerProcess, write_model
@@ -189,6 +191,43 @@ output [ { name: "LABEL" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
+# A decoupled step that answers once per pixel row of the image, then the classifier on each: a stream.
+ROWS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            pixels = pb_utils.get_input_tensor_by_name(request, "PIXELS").as_numpy()
+            for row in range(pixels.shape[0]):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("ROW", pixels[row:row + 1])]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+ROWS_CONFIG = f"""
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "PIXELS" data_type: TYPE_FP32 dims: [ -1, {WIDTH} ] }} ]
+output [ {{ name: "ROW" data_type: TYPE_FP32 dims: [ 1, {WIDTH} ] }} ]
+"""
+STREAMING_CONFIG = f"""
+platform: "ensemble"
+max_batch_size: 0
+input [ {{ name: "PIXELS" data_type: TYPE_FP32 dims: [ -1, {WIDTH} ] }} ]
+output [ {{ name: "SCORES" data_type: TYPE_FP32 dims: [ 1, {CLASSES} ] }} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "rows" model_version: -1 input_map {{ key: "PIXELS" value: "PIXELS" }}
+     output_map {{ key: "ROW" value: "row" }} }},
+  {{ model_name: "classifier" model_version: -1 input_map {{ key: "PIXELS" value: "row" }}
+     output_map {{ key: "SCORES" value: "SCORES" }} }}
+] }}
+"""
+
+
 def build_classifier(path: Path) -> np.ndarray:
     """An ONNX linear classifier over WIDTH pixels; its weights (to compute expected answers)."""
     import onnx
@@ -228,10 +267,13 @@ def served(tmp_path_factory):
     write_model(root, "meet_right", MEET_CONFIG, {"1/model.py": MEET % ("right", "left")})
     write_model(root, "parallel", PARALLEL_CONFIG)
     write_model(root, "outer", OUTER_CONFIG)
+    write_model(root, "rows", ROWS_CONFIG, {"1/model.py": ROWS})
+    write_model(root, "streaming", STREAMING_CONFIG)
     write_model(root, "bls_caller", BLS_CALLER_CONFIG, {"1/model.py": BLS_CALLER})
-    for name in ("pipeline", "parallel", "outer"):
+    for name in ("pipeline", "parallel", "outer", "streaming"):
         (root / name / "1").mkdir()
-    models = ["pipeline", "parallel", "outer", "bls_caller"]  # explicit mode: the ensembles bring their models
+    # explicit mode: the ensembles bring the models they call
+    models = ["pipeline", "parallel", "outer", "bls_caller", "streaming"]
     process = ServerProcess(root, "--model-control-mode", "explicit",
                             *[argument for model in models for argument in ("--load-model", model)])
     with process:
@@ -263,6 +305,32 @@ def test_preprocess_classifier_postprocess_pipeline(served, protocol):
     first = top.as_numpy("SCORES")[0][0]
     first = first.decode() if isinstance(first, bytes) else first
     assert first.split(":")[2] == expected(images[0], weights)[1]  # the ensemble output's own label file
+
+
+def test_a_decoupled_step_makes_the_ensemble_stream_one_response_per_branch(served):
+    process, weights, _ = served
+    pixels = np.random.default_rng(3).random((5, WIDTH), dtype=np.float32)
+    client = grpcclient.InferenceServerClient(process.grpc_url)
+    assert client.get_model_config("streaming").config.model_transaction_policy.decoupled  # as Triton says
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    tensor = grpcclient.InferInput("PIXELS", list(pixels.shape), "FP32")
+    tensor.set_data_from_numpy(pixels)
+    client.async_stream_infer("streaming", [tensor], request_id="rows")
+    scores = []
+    while True:
+        result, error = answers.get(timeout=30)
+        assert error is None, error
+        scores.append(result.as_numpy("SCORES")[0])
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+    client.stop_stream()
+    expected_scores = pixels @ weights
+    assert len(scores) == 5  # one per row; the last one carries the final flag
+    for row in scores:  # branches finish in any order
+        assert np.isclose(expected_scores, row, rtol=1e-5).all(axis=1).any()
+    with pytest.raises(InferenceServerException, match="decoupled"):
+        client.infer("streaming", [tensor])
 
 
 def test_a_failing_step_fails_the_request_with_its_error(served):
@@ -367,3 +435,60 @@ def test_graph_checks_and_load_order():
     deps = {"outer": ["pipeline", "sink"], "pipeline": ["pre", "post"], "a": ["b"], "b": ["a"]}
     batches = load_order(["outer", "pipeline", "pre", "post", "sink", "a", "b"], lambda n: deps.get(n, []))
     assert batches == [["pre", "post", "sink"], ["pipeline"], ["outer"], ["a", "b"]]
+
+
+def _ensemble(steps: str, outputs: str = '{ name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }') -> str:
+    return f"""platform: "ensemble"
+        max_batch_size: 8
+        input [ {{ name: "A" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+        output [ {outputs} ]
+        ensemble_scheduling {{ step [ {steps} ] }}"""
+
+
+STEP = '{{ model_name: "{model}" model_version: -1 input_map {{ key: "{key}" value: "{source}" }} ' \
+       'output_map {{ key: "{out}" value: "{target}" }} }}'
+
+
+def _step(source: str = "A", target: str = "OUT", model: str = "m", key: str = "X", out: str = "Y") -> str:
+    return STEP.format(model=model, key=key, source=source, out=out, target=target)
+
+
+@pytest.mark.parametrize(("steps", "words"), [
+    ("", "must specify 'step' for ensemble 'e'"),
+    (f"{_step()}, {_step()}", "ensemble tensor 'OUT' can appear in an output map only once for ensemble 'e' step 1"),
+    (_step(target="other"), "ensemble output 'OUT' for ensemble e' is not used"),
+    (_step(source="ghost"), "ensemble input 'A' for ensemble e' is not used"),
+    (f"{_step(target='t')}, {_step(source='ghost')}", "depending tensors, 'ghost', is not connected"),
+    (f"{_step()}, {_step(target='spare')}", "ensemble tensor 'spare' is unused in ensemble 'e'"),
+])
+def test_graph_checks_in_tritons_words(steps, words):
+    with pytest.raises(ModelLoadError) as error:
+        parse_model_config(_ensemble(steps), "e")
+    assert words in str(error.value)
+
+
+@pytest.mark.parametrize(("step", "model_config", "words"), [
+    (_step(model="nope"), None, "ensemble e contains models that are not available or ambiguous: nope"),
+    (_step(key="Z"), "", "ensemble tensor A is mapping to non-existing input Z in model m"),
+    (_step(out="Z"), "", "ensemble tensor OUT is mapped from non-existing output Z in model m"),
+    (_step(), 'dims: [ 5 ]', "ensemble tensor A: inconsistent shape: [-1,4] is inferred from model e while "
+                             "[-1,5] is inferred from model m"),
+    (_step(), "TYPE_INT32", "ensemble tensor A: inconsistent data type: TYPE_FP32 is inferred from model e while "
+                            "TYPE_INT32 is inferred from model m"),
+    (_step(), "max_batch_size: 4", "ensemble e allows maximum batch size 8, but it contains model m which only "
+                                   "allows maximum batch size to be 4"),
+])
+def test_checks_against_the_composing_models(step, model_config, words):
+    config = ('backend: "python"\nmax_batch_size: 8\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+              'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    if model_config == "dims: [ 5 ]":
+        config = config.replace("dims: [ 4 ] } ]\noutput", "dims: [ 5 ] } ]\noutput")
+    elif model_config == "TYPE_INT32":
+        config = config.replace('"X" data_type: TYPE_FP32', '"X" data_type: TYPE_INT32')
+    elif model_config:
+        config = config.replace("max_batch_size: 8", model_config)
+    composing = parse_model_config(config, "m")
+    ensemble = parse_model_config(_ensemble(step), "e")
+    with pytest.raises(ModelLoadError) as error:
+        check_composing_models(ensemble, lambda name, version: composing if name == "m" else None)
+    assert words in str(error.value)

@@ -295,7 +295,7 @@ def create_http_app(
 def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None) -> Starlette:
     """Prometheus ``/metrics`` (served on its own port, 8002 by default)."""
 
-    registry = metrics_registry(service.manager)
+    registry = metrics_registry(service.manager, service.cache)
     registry.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
 
     async def metrics(request: Request) -> Response:

@@ -307,6 +307,8 @@ HTTP_CASES: list[HttpCase] = [
     HttpCase("http-ensemble-metadata-failed", "GET", "/v2/models/ensemble_batch_too_big"),
     HttpCase("http-ensemble-config-failed", "GET", "/v2/models/ensemble_unused_tensor/config"),
     HttpCase("http-ensemble-stats", "GET", "/v2/models/pipeline/stats", normalize=STATS_SHAPE),
+    infer("http-ensemble-decoupled-infer", "streaming_ensemble", {"inputs": [tensor("IN", [1, 2], "INT32")]}),
+    HttpCase("http-ensemble-decoupled-config", "GET", "/v2/models/streaming_ensemble/config"),
     # -- routes and extensions -----------------------------------------------------------------------------
     HttpCase("http-unknown-route", "GET", "/v2/nothing/here"),
     HttpCase("http-root", "GET", "/"),
@@ -514,6 +516,14 @@ GRPC_CASES: list[GrpcCase] = [
              normalize=outputs_by_name),
     GrpcCase("grpc-ensemble-infer-failed-graph", "ModelInfer", grpc_ensemble("ensemble_cycle")),
     GrpcCase("grpc-ensemble-config", "ModelConfig", service_pb2.ModelConfigRequest(name="pipeline")),
+    GrpcCase("grpc-ensemble-decoupled-stream", "ModelStreamInfer", [grpc_ints("streaming_ensemble", [1, 2, 3], "s1")]),
+    GrpcCase("grpc-ensemble-decoupled-stream-empty-final", "ModelStreamInfer", [grpc_ints(
+        "streaming_ensemble", [4, 5], "s2", {"triton_enable_empty_final_response": True})]),
+    GrpcCase("grpc-ensemble-decoupled-stream-no-responses", "ModelStreamInfer", [grpc_ints(
+        "streaming_ensemble", [], "s3", {"triton_enable_empty_final_response": True})]),
+    GrpcCase("grpc-ensemble-decoupled-unary", "ModelInfer", grpc_ints("streaming_ensemble", [1])),
+    GrpcCase("grpc-ensemble-decoupled-config", "ModelConfig",
+             service_pb2.ModelConfigRequest(name="streaming_ensemble")),
     GrpcCase("grpc-ensemble-metadata", "ModelMetadata", service_pb2.ModelMetadataRequest(name="pipeline")),
     GrpcCase("grpc-log-settings", "LogSettings", service_pb2.LogSettingsRequest()),
     GrpcCase("grpc-trace-setting", "TraceSetting", service_pb2.TraceSettingRequest()),

@@ -22,6 +22,9 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+CACHE_BYTES = 1 << 20  # the response cache both servers run (the 'cached' model uses it)
+
+
 @pytest.fixture(scope="session")
 def repository(tmp_path_factory):
     return build_repository(tmp_path_factory.mktemp("conformance") / "models")
@@ -29,6 +32,7 @@ def repository(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def pair(repository, tmp_path_factory) -> Pair:
-    servers = start_pair(repository, tmp_path_factory.mktemp("pair"))
+    servers = start_pair(repository, tmp_path_factory.mktemp("pair"), (f"--cache-config=local,size={CACHE_BYTES}",),
+                         ("--cache-config", f"local,size={CACHE_BYTES}"))
     yield servers
     servers.stop()

@@ -291,6 +291,24 @@ ENSEMBLES = {  # name -> config; each needs an empty version folder
     "ensemble_dtype_mismatch": ensemble_config([ADD_SUB_STEP, ("double_int", {"X": "sum"}, {"Y": "DOUBLED"})]),
     "ensemble_batch_too_big": ensemble_config([ADD_SUB_STEP, DOUBLE_STEP], max_batch=16),
 }
+# A decoupled step (repeat: one response per value) followed by a plain one: the ensemble streams.
+STREAMING_ENSEMBLE = """
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "repeat" model_version: -1 input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "o" } },
+  { model_name: "double_one" model_version: -1 input_map { key: "X" value: "o" } output_map { key: "Y" value: "Y" } }
+] }
+"""
+DOUBLE_ONE_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
 
 
 def write(root: Path, name: str, config: str | None, files: dict[str, str]) -> None:
@@ -320,7 +338,8 @@ def build_repository(root: Path, label_files: bool = True) -> Path:
         write(root, "classify", CLASSIFY_CONFIG, {"1/model.py": ADD_SUB, "labels.txt": "cat\ndog\nbird\n"})
     write(root, "double", DOUBLE_CONFIG.format(dtype="TYPE_FP32"), {"1/model.py": DOUBLE})
     write(root, "double_int", DOUBLE_CONFIG.format(dtype="TYPE_INT32"), {"1/model.py": DOUBLE})
-    for name, config in ENSEMBLES.items():
+    write(root, "double_one", DOUBLE_ONE_CONFIG, {"1/model.py": DOUBLE})
+    for name, config in {**ENSEMBLES, "streaming_ensemble": STREAMING_ENSEMBLE}.items():
         write(root, name, config, {})
         (root / name / "1").mkdir()
     write(root, "text", TEXT_CONFIG, {"1/model.py": TEXT})
@@ -337,6 +356,9 @@ def build_repository(root: Path, label_files: bool = True) -> Path:
     write(root, "args", ARGS_CONFIG, {"1/model.py": ARGS})
     write(root, "counted", ADD_SUB_CONFIG.format(  # only the statistics and metrics cases call it
         name="counted", max_batch=8, dtype="TYPE_FP32", extra=""), {"1/model.py": ADD_SUB})
+    cached = ADD_SUB_CONFIG.format(name="cached", max_batch=0, dtype="TYPE_FP32",
+                                   extra="response_cache { enable: true }")
+    write(root, "cached", cached, {"1/model.py": ADD_SUB})  # only the statistics cases call it (the pair caches)
     write(root, "error_response", IDENTITY_CONFIG, {"1/model.py": ERROR_RESPONSE})
     write(root, "raising", IDENTITY_CONFIG, {"1/model.py": RAISING})
     write(root, "init_raises", IDENTITY_CONFIG, {"1/model.py": INIT_RAISES})

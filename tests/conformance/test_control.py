@@ -161,6 +161,10 @@ STATS_STEPS = [
     Step(HttpCase("stats-counted-exact", "GET", "/v2/models/counted/stats", normalize=COUNTED)),
     Step(GrpcCase("stats-counted-exact-grpc", "ModelStatistics", service_pb2.ModelStatisticsRequest(name="counted"),
                   normalize=COUNTED_GRPC)),
+    Step(HttpCase("stats-cached-infer-miss", "POST", "/v2/models/cached/infer", add_sub())),
+    Step(HttpCase("stats-cached-infer-hit", "POST", "/v2/models/cached/infer", add_sub())),
+    Step(GrpcCase("stats-cached-infer-hit-grpc", "ModelInfer", grpc_add_sub("cached"))),
+    Step(HttpCase("stats-cached-exact", "GET", "/v2/models/cached/stats", normalize=COUNTED)),
     Step(HttpCase("stats-all-models", "GET", "/v2/models/stats",
                   normalize=each(sort_list("body.model_stats"), replace_at("body.model_stats", lambda rows: sorted(
                       (row["name"], row["version"]) for row in rows))))),
