@@ -18,8 +18,10 @@ from runtime.control import ModelControl
 from runtime.custom_metrics import CustomMetrics
 from runtime.datatypes import datatype_of
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unsupported
+from runtime.log_settings import ServerLog
 from runtime.manager import ModelManager, parse_version
 from runtime.model import ModelVersion
+from runtime.shared_memory import SharedMemoryRegistry, resolve_inputs, write_outputs
 from runtime.streaming import stream_responses
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput, StreamResponse
 from runtime.validation import expected_shape, validate_request
@@ -29,7 +31,8 @@ logger = logging.getLogger(__name__)
 SERVER_NAME = "triton"  # what Triton answers: tools and Triton's own examples check it
 # The extensions this server serves, in Triton's order and spelling.
 EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
-              "model_configuration", "binary_tensor_data", "parameters", "statistics")
+              "model_configuration", "system_shared_memory", "binary_tensor_data", "parameters", "statistics",
+              "logging")
 
 
 class InferenceService:
@@ -53,6 +56,8 @@ class InferenceService:
         self.last_activity = time.monotonic()
         self.in_flight = 0
         self.custom_metrics = CustomMetrics()
+        self.log = ServerLog()  # the logging extension
+        self.shared_memory = SharedMemoryRegistry()  # system shared-memory regions clients registered
         self.cache = cache  # the response cache (None: off)
         if cache is not None:
             manager.retire_hooks.append(cache.evict_model)
@@ -130,6 +135,29 @@ class InferenceService:
         rows = self.manager.index()
         return [row for row in rows if row.get("state") == "READY"] if ready_only else rows
 
+    # -- shared memory -----------------------------------------------------------------
+    def register_system_shared_memory(self, name: str, key: Any, offset: Any, byte_size: Any) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    def unregister_system_shared_memory(self, name: str = "") -> None:
+        self.shared_memory.unregister(name)
+
+    def system_shared_memory_status(self, name: str = "") -> list[dict]:
+        return self.shared_memory.status(name)
+
+    def cuda_shared_memory(self) -> None:
+        """CUDA shared memory (register, unregister, status): not on this server."""
+        raise Unsupported("CUDA shared memory is not supported by this server")
+
+    # -- logging and tracing ---------------------------------------------------------
+    def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The logging extension: the log settings in force, after applying ``changes`` if any."""
+        return self.log.update(changes) if changes else self.log.current()
+
+    def trace_settings(self) -> dict[str, Any]:
+        """Tracing is not built: the trace extension answers so."""
+        raise Unsupported("trace is not supported by this server")
+
     # -- model control -----------------------------------------------------------
     async def load_model(self, name: str, parameters: dict | None = None) -> None:
         await self.control.load(name, parameters)
@@ -154,13 +182,16 @@ class InferenceService:
             if model.spec.decoupled:
                 raise Unsupported(f"model '{model.name}' uses the decoupled transaction policy: its responses "
                                   "come only through a stream")
+            resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
             if self.cache is not None and model.spec.response_cache:
                 result = await through_cache(self.cache, model, request, lambda: model.infer(request, batch_size))
             else:
                 result = await model.infer(request, batch_size)
-            return self._response(model, request, result)
+            response = self._response(model, request, result)
+            write_outputs(self.shared_memory, request, response)
+            return response
         finally:
             self.in_flight -= 1
             self.last_activity = time.monotonic()
@@ -171,9 +202,12 @@ class InferenceService:
         self.in_flight += 1
         try:
             model = self.manager.get(request.model_name, request.model_version)
+            resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
             async for item in stream_responses(model, request, batch_size, self._response):
+                if item.response is not None:
+                    write_outputs(self.shared_memory, request, item.response)
                 yield item
         finally:
             self.in_flight -= 1

@@ -54,18 +54,14 @@ def check_composing_models(spec: ModelSpec, lookup: SpecLookup) -> ModelSpec:
                                  f"model {model.name} which only allows maximum batch size to be "
                                  f"{model.max_batch_size}")
         decoupled = decoupled or model.decoupled
-        for model_input, tensor in step.input_map.items():
-            declared = model.input(model_input)
-            if declared is None:
-                raise ModelLoadError(f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing "
-                                     f"input {model_input} in model {model.name}")
-            _agree(name, tensor, declared, model, inferred)
-        for model_output, tensor in step.output_map.items():
-            declared = model.output(model_output)
-            if declared is None:
-                raise ModelLoadError(f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing "
-                                     f"output {model_output} in model {model.name}")
-            _agree(name, tensor, declared, model, inferred)
+        for mapping, find, missing in ((step.input_map, model.input, "is mapping to non-existing input"),
+                                       (step.output_map, model.output, "is mapped from non-existing output")):
+            for model_tensor, tensor in mapping.items():
+                declared = find(model_tensor)
+                if declared is None:
+                    raise ModelLoadError(f"in ensemble {name}, ensemble tensor {tensor} {missing} {model_tensor} "
+                                         f"in model {model.name}")
+                _agree(name, tensor, declared, model, inferred)
     if decoupled and not spec.decoupled:
         spec.proto.model_transaction_policy.decoupled = True
         return dataclasses.replace(spec, decoupled=True)

@@ -69,6 +69,10 @@ class ResourceExhausted(ServingError):
     status = Status.RESOURCE_EXHAUSTED
 
 
+class AlreadyExists(ServingError):
+    status = Status.ALREADY_EXISTS
+
+
 class DeadlineExceeded(ServingError):
     status = Status.DEADLINE_EXCEEDED
 

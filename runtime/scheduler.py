@@ -224,54 +224,60 @@ class Scheduler:
             await asyncio.sleep(_DOWN_POLL_SECONDS)
 
     async def _consume(self, instance: ModelHandler) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            if not instance.available:
-                await self._wait_for_instance(instance)
-            batch = await self._next_batch()
-            batch = [item for item in batch if not item.future.done()]
-            if not batch:
-                continue
-            if not instance.available:  # went down while this consumer waited: another instance may serve
-                self._queue.extendleft(reversed(batch))
-                self._arrival.set()
-                continue
-            now = time.perf_counter_ns()
+            await self._serve_next(instance)
+
+    async def _serve_next(self, instance: ModelHandler) -> None:
+        """Take the next batch and run it on ``instance``.  A method of its own so that nothing of a finished
+        batch (requests, their tensors, views of client shared memory) stays referenced while the next is
+        awaited."""
+        loop = asyncio.get_running_loop()
+        if not instance.available:
+            await self._wait_for_instance(instance)
+        batch = await self._next_batch()
+        batch = [item for item in batch if not item.future.done()]
+        if not batch:
+            return
+        if not instance.available:  # went down while this consumer waited: another instance may serve
+            self._queue.extendleft(reversed(batch))
+            self._arrival.set()
+            return
+        now = time.perf_counter_ns()
+        for item in batch:
+            item.dispatched_ns = item.dispatched_ns or now
+            item.instance = instance
+        total = sum(item.batch_size for item in batch)
+        started = time.perf_counter_ns()
+        try:
+            results = await loop.run_in_executor(self.executor, self._execute, instance, batch)
+        except asyncio.CancelledError:  # unloading: nobody waits forever for this batch
             for item in batch:
-                item.dispatched_ns = item.dispatched_ns or now
-                item.instance = instance
-            total = sum(item.batch_size for item in batch)
-            started = time.perf_counter_ns()
-            try:
-                results = await loop.run_in_executor(self.executor, self._execute, instance, batch)
-            except asyncio.CancelledError:  # unloading: nobody waits forever for this batch
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(Unavailable(f"model '{self.spec.name}' was unloaded"))
-                raise
-            except Exception as exc:  # noqa: BLE001 - a handler bug fails this batch only
-                logger.exception("model '%s' execution failed", self.spec.name)
-                results = [InternalError(f"execution failed: {type(exc).__name__}")] * len(batch)
-            elapsed = time.perf_counter_ns() - started
-            timing = instance.timing
-            if not (timing.input_ns or timing.infer_ns or timing.output_ns):
-                timing = ExecutionTiming(infer_ns=elapsed)
-            self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
-            seconds = elapsed / 1e9
-            self._exec_seconds = seconds if self._exec_seconds is None else (
-                (1 - _EWMA) * self._exec_seconds + _EWMA * seconds)
-            rescheduled = False
-            for item, result in zip(batch, results, strict=True):
-                item.instance = None
-                if item.future.done():
-                    continue
-                if result is RESCHEDULE:  # the model asked to see it again in a later batch
-                    self._queue.append(item)
-                    rescheduled = True
-                else:
-                    item.future.set_result(result)
-            if rescheduled:
-                self._arrival.set()
+                if not item.future.done():
+                    item.future.set_exception(Unavailable(f"model '{self.spec.name}' was unloaded"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - a handler bug fails this batch only
+            logger.exception("model '%s' execution failed", self.spec.name)
+            results = [InternalError(f"execution failed: {type(exc).__name__}")] * len(batch)
+        elapsed = time.perf_counter_ns() - started
+        timing = instance.timing
+        if not (timing.input_ns or timing.infer_ns or timing.output_ns):
+            timing = ExecutionTiming(infer_ns=elapsed)
+        self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
+        seconds = elapsed / 1e9
+        self._exec_seconds = seconds if self._exec_seconds is None else (
+            (1 - _EWMA) * self._exec_seconds + _EWMA * seconds)
+        rescheduled = False
+        for item, result in zip(batch, results, strict=True):
+            item.instance = None
+            if item.future.done():
+                continue
+            if result is RESCHEDULE:  # the model asked to see it again in a later batch
+                self._queue.append(item)
+                rescheduled = True
+            else:
+                item.future.set_result(result)
+        if rescheduled:
+            self._arrival.set()
 
     def _execute(self, instance: ModelHandler, batch: list[_Item]) -> list[RequestResult]:
         """Runs in a worker thread: one execution for the whole batch."""

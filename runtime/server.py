@@ -146,6 +146,7 @@ class Server:
                 self.exit_code = EXIT_FAILED
         stopped.cancel()
         await self._shutdown(listeners, grpc_server, background)
+        self.service.shared_memory.close()  # unmap every region clients registered
         logger.info("stopped")
         return self.exit_code
 

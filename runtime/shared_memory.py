@@ -1,19 +1,190 @@
-"""Shared-memory regions that requests may name for their tensors (Triton's shared-memory extensions).
+"""System shared memory (Triton's extension): clients register POSIX shared-memory objects as named regions;
+requests then name a region, offset and size for an input (read in place, without a copy) or an output
+(written there instead of into the response).
 
-No region can be registered yet, so every region a request names is unknown (Triton's 404).
+A key names a POSIX shared-memory object only (``/name``: one leading slash, no other, no ``.``/``..``, never
+a path), opened without following links and mapped once; offsets and sizes are checked against the
+registered range.  Registrations are bounded in number and total size.  A region unregistered while a request
+reads it stays mapped until that request is done; everything is unmapped at shutdown.  CUDA shared memory is
+answered as unsupported on this server (no GPU path for it yet).
 """
 
 from __future__ import annotations
 
+import gc
+import mmap
+import os
+import re
+import stat
+import threading
+from dataclasses import dataclass
 from typing import Any
 
-from runtime.errors import NotFound
+import numpy as np
+
+from runtime.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
+from runtime.types import InferRequest, InferResponse
 
 REGION_PARAMETER = "shared_memory_region"
+OFFSET_PARAMETER = "shared_memory_offset"
+SIZE_PARAMETER = "shared_memory_byte_size"
+SHM_ROOT = "/dev/shm"
+_KEY = re.compile(r"/[A-Za-z0-9_.\-]{1,250}")
+DEFAULT_MAX_REGIONS = 256
+DEFAULT_MAX_TOTAL_BYTES = 64 << 30
+
+
+@dataclass
+class Region:
+    """A registered region: ``byte_size`` bytes from ``offset`` of the object ``key``."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    mapping: mmap.mmap
+
+    def view(self, offset: int, byte_size: int) -> memoryview:
+        return memoryview(self.mapping)[self.offset + offset : self.offset + offset + byte_size]
+
+    def close(self) -> bool:
+        """Unmap it; False while a request still reads it (then it is tried again at the next unregister)."""
+        try:
+            self.mapping.close()
+        except BufferError:
+            return False
+        return True
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
+
+
+class SharedMemoryRegistry:
+    """The system shared-memory regions registered with this server (thread-safe)."""
+
+    def __init__(self, max_regions: int = DEFAULT_MAX_REGIONS, max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES):
+        self.max_regions = max_regions
+        self.max_total_bytes = max_total_bytes
+        self._regions: dict[str, Region] = {}
+        self._closing: list[Region] = []  # unregistered, still mapped while a request reads them
+        self._lock = threading.Lock()
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Map ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key`` as region ``name``."""
+        if not isinstance(name, str) or not name or len(name) > 256:
+            raise InvalidArgument("a shared memory region needs a name (at most 256 characters)")
+        for value, what in ((offset, "offset"), (byte_size, "byte_size")):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidArgument(f"shared memory '{what}' must be a non-negative integer")
+        with self._lock:
+            if name in self._regions:
+                raise AlreadyExists(f"shared memory region '{name[:128]}' already in manager")
+            if len(self._regions) >= self.max_regions:
+                raise InvalidArgument(f"at most {self.max_regions} shared memory regions can be registered")
+            if sum(r.byte_size for r in self._regions.values()) + byte_size > self.max_total_bytes:
+                raise InvalidArgument(f"registered shared memory would exceed {self.max_total_bytes} bytes")
+            self._regions[name] = Region(name, key, offset, byte_size, _map(key, offset, byte_size))
+
+    def unregister(self, name: str = "") -> None:
+        """Unregister one region (or, with no name, all); an unknown name is not an error, as in Triton."""
+        with self._lock:
+            regions = list(self._regions.values()) if not name else [r for r in [self._regions.get(name)] if r]
+            for region in regions:
+                del self._regions[region.name]
+            self._closing += regions
+            if self._closing:
+                gc.collect()  # views of finished requests caught in reference cycles let go of the mappings
+                self._closing = [region for region in self._closing if not region.close()]
+
+    def status(self, name: str = "") -> list[dict[str, Any]]:
+        with self._lock:
+            if name and name not in self._regions:
+                raise NotFound(f"Unable to find system shared memory region: '{name[:128]}'")
+            return [r.status() for r in self._regions.values() if not name or r.name == name]
+
+    def view(self, parameters: dict[str, Any]) -> tuple[memoryview, str] | None:
+        """The bytes a tensor's parameters name (and the region's name), None if they name no region."""
+        if REGION_PARAMETER not in parameters:
+            return None
+        name = parameters[REGION_PARAMETER]
+        offset, byte_size = parameters.get(OFFSET_PARAMETER, 0), parameters.get(SIZE_PARAMETER)
+        if not isinstance(name, str):
+            raise InvalidArgument(f"'{REGION_PARAMETER}' must be a string")
+        for value, key in ((offset, OFFSET_PARAMETER), (byte_size, SIZE_PARAMETER)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidArgument(f"'{key}' must be a non-negative integer")
+        with self._lock:
+            region = self._regions.get(name)
+            if region is None:
+                raise NotFound(f"Unable to find shared memory region: '{name[:128]}'")
+            if offset + byte_size > region.byte_size:
+                raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{name[:128]}'")
+            return region.view(offset, byte_size), name
+
+    def close(self) -> None:
+        self.unregister()
+
+
+def _map(key: str, offset: int, byte_size: int) -> mmap.mmap:
+    """Open and map a POSIX shared-memory object by its key (never a path, never through a link)."""
+    unable = InvalidArgument(f"Unable to open shared memory region: '{str(key)[:128]}'")
+    if not isinstance(key, str) or not _KEY.fullmatch(key) or key in ("/.", "/.."):
+        raise unable
+    try:
+        fd = os.open(os.path.join(SHM_ROOT, key[1:]), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        raise unable from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise unable
+        if offset + byte_size > info.st_size or info.st_size == 0:
+            raise InvalidArgument(f"Invalid shared memory region: '{key[:128]}'")
+        return mmap.mmap(fd, info.st_size)
+    finally:
+        os.close(fd)
+
+
+def resolve_inputs(registry: SharedMemoryRegistry | None, request: InferRequest) -> None:
+    """Point each input that names a region at its bytes there (read in place)."""
+    for tensor in request.inputs:
+        if REGION_PARAMETER in tensor.parameters:
+            found = _require(registry).view(tensor.parameters)
+            tensor.raw = found[0] if found else None
+
+
+def write_outputs(registry: SharedMemoryRegistry | None, request: InferRequest, response: InferResponse) -> None:
+    """Write each output the request asked for in a region there; the response then carries no data for it."""
+    wanted = {o.name: o.parameters for o in request.outputs if REGION_PARAMETER in o.parameters}
+    for tensor in response.outputs:
+        parameters = wanted.get(tensor.name)
+        if parameters is None:
+            continue
+        target, _ = _require(registry).view(parameters)
+        data = np.ascontiguousarray(tensor.data)
+        if tensor.datatype == "BYTES":
+            from runtime.datatypes import serialize_bytes
+
+            payload: Any = serialize_bytes(data)
+        else:
+            payload = memoryview(data.reshape(-1).view(np.uint8))
+        if len(payload) > len(target):
+            raise InvalidArgument(f"shared memory size specified with the request for output '{tensor.name}' "
+                                  f"({len(target)} bytes) should be at least {len(payload)} bytes to hold the "
+                                  "results")
+        target[: len(payload)] = payload
+        tensor.data = None
+        tensor.in_shared_memory = True
+
+
+def _require(registry: SharedMemoryRegistry | None) -> SharedMemoryRegistry:
+    if registry is None:
+        raise Unsupported("shared memory is not available on this server")
+    return registry
 
 
 def require_no_regions(parameters: dict[str, Any]) -> None:
-    """Refuse a tensor that names a shared-memory region: none is registered."""
+    """Refuse a tensor that names a shared-memory region where none may be used (the generate extension)."""
     if REGION_PARAMETER in parameters:
         region = parameters[REGION_PARAMETER]
         raise NotFound(f"Unable to find shared memory region: '{str(region)[:128]}'")

@@ -24,6 +24,7 @@ class InferTensor:
     data: np.ndarray | None
     parameters: dict[str, Any] = field(default_factory=dict)
     raw: bytes | memoryview | None = None
+    in_shared_memory: bool = False  # an output written into a shared-memory region: no data in the response
 
 
 @dataclass

@@ -11,7 +11,7 @@ from tritonclient.grpc import service_pb2
 from runtime.classification import PARAMETER as CLASSIFICATION
 from runtime.datatypes import array_to_buffer, numpy_dtype
 from runtime.errors import InvalidArgument
-from runtime.shared_memory import require_no_regions
+from runtime.shared_memory import REGION_PARAMETER, require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 # Typed ``contents`` field that carries each datatype (FP16 has none: raw contents only).
@@ -40,11 +40,6 @@ def parameters_to_dict(parameters) -> dict[str, Any]:
         which = parameter.WhichOneof("parameter_choice")
         result[key] = getattr(parameter, which) if which else None
     return result
-
-
-def _check_parameters(parameters: dict[str, Any]) -> None:
-    if parameters:
-        require_no_regions(parameters)
 
 
 def _check_classification(parameters) -> None:
@@ -90,12 +85,19 @@ def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest
     model = message.model_name
     raw_contents = message.raw_input_contents
     parameters = parameters_to_dict(message.parameters)
-    _check_parameters(parameters)
+    if parameters:
+        require_no_regions(parameters)
     inputs = []
-    for index, tensor in enumerate(message.inputs):
+    index = 0  # the next raw content: inputs read from shared memory have none
+    for tensor in message.inputs:
         input_parameters = parameters_to_dict(tensor.parameters)
-        _check_parameters(input_parameters)
         shape = tuple(tensor.shape)
+        if REGION_PARAMETER in input_parameters:  # read from the region where the core resolves it
+            if tensor.HasField("contents"):
+                raise InvalidArgument(f"contents field must not be specified when using shared memory for "
+                                      f"'{tensor.name}' for model '{model}'")
+            inputs.append(InferTensor(tensor.name, tensor.datatype, shape, None, input_parameters))
+            continue
         if raw_contents:
             if tensor.HasField("contents"):
                 raise InvalidArgument(f"contents field must not be specified when using raw_input_contents for "
@@ -105,19 +107,19 @@ def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest
                                       "in request.")
             inputs.append(InferTensor(tensor.name, tensor.datatype, shape, None, input_parameters,
                                       raw=raw_contents[index]))
+            index += 1
             continue
         data = _typed_array(tensor)
         if data is None and not (shape and 0 in shape):
             raise InvalidArgument(f"unable to find data for input tensor '{tensor.name}' for model '{model}' in "
                                   "request.")
         inputs.append(InferTensor(tensor.name, tensor.datatype, shape, data, input_parameters))
-    if len(raw_contents) > len(message.inputs):
+    if len(raw_contents) > index:
         raise InvalidArgument(f"unexpected additional input data for model '{model}'")
     outputs = []
     for output in message.outputs:
         _check_classification(output.parameters)
         output_parameters = parameters_to_dict(output.parameters)
-        _check_parameters(output_parameters)
         outputs.append(RequestedOutput(output.name, output_parameters))
     return InferRequest(
         model_name=model,
@@ -172,7 +174,8 @@ def encode_infer_response(response: InferResponse) -> RawResponse:
         _set_parameter(message.parameters, key, value)
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
-    return RawResponse(message, [array_to_buffer(tensor.data, tensor.datatype) for tensor in response.outputs])
+    return RawResponse(message, [b"" if tensor.in_shared_memory else array_to_buffer(tensor.data, tensor.datatype)
+                                 for tensor in response.outputs])
 
 
 def from_dict(data: dict, message_type):

@@ -111,6 +111,20 @@ def _stream_message(item: StreamResponse, request: InferRequest,
     return service_pb2.ModelStreamInferResponse(infer_response=response)
 
 
+_LOG_VALUE_TYPES = {"log_info": ("bool_param", "boolean"), "log_warning": ("bool_param", "boolean"),
+                    "log_error": ("bool_param", "boolean"), "log_verbose_level": ("uint32_param", "int32"),
+                    "log_format": ("string_param", "string"), "log_file": ("string_param", "string")}
+
+
+def _log_value(key: str, value) -> object:
+    """One setting of a LogSettings request, of the type Triton expects for it (unknown keys pass: ignored)."""
+    which = value.WhichOneof("parameter_choice")
+    expected = _LOG_VALUE_TYPES.get(key)
+    if expected is not None and which != expected[0]:
+        raise InvalidArgument(f"expect {expected[1]} for '{key}'")
+    return getattr(value, which) if which else None
+
+
 def _require_default_repository(request) -> None:
     if request.repository_name:
         raise Unsupported("'repository_name' specification is not supported")
@@ -230,6 +244,54 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
             for task in list(pending):
                 task.cancel()
+
+    @_unary
+    async def LogSettings(self, request, context):
+        changes = {key: _log_value(key, value) for key, value in request.settings.items()}
+        response = service_pb2.LogSettingsResponse()
+        for key, value in self.service.log_settings(changes).items():
+            setting = response.settings[key]
+            if isinstance(value, bool):
+                setting.bool_param = value
+            elif isinstance(value, int):
+                setting.uint32_param = value
+            else:
+                setting.string_param = value
+        return response
+
+    @_unary
+    async def SystemSharedMemoryRegister(self, request, context):
+        self.service.register_system_shared_memory(request.name, request.key, request.offset, request.byte_size)
+        return service_pb2.SystemSharedMemoryRegisterResponse()
+
+    @_unary
+    async def SystemSharedMemoryUnregister(self, request, context):
+        self.service.unregister_system_shared_memory(request.name)
+        return service_pb2.SystemSharedMemoryUnregisterResponse()
+
+    @_unary
+    async def SystemSharedMemoryStatus(self, request, context):
+        response = service_pb2.SystemSharedMemoryStatusResponse()
+        for region in self.service.system_shared_memory_status(request.name):
+            response.regions[region["name"]].CopyFrom(
+                service_pb2.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+        return response
+
+    @_unary
+    async def CudaSharedMemoryRegister(self, request, context):
+        self.service.cuda_shared_memory()
+
+    @_unary
+    async def CudaSharedMemoryUnregister(self, request, context):
+        self.service.cuda_shared_memory()
+
+    @_unary
+    async def CudaSharedMemoryStatus(self, request, context):
+        self.service.cuda_shared_memory()
+
+    @_unary
+    async def TraceSetting(self, request, context):
+        self.service.trace_settings()
 
     @_unary
     async def RepositoryModelLoad(self, request, context):

@@ -45,7 +45,7 @@ HTTP_STATUS = {
     Status.INTERNAL: 500,
     Status.UNAUTHENTICATED: 401,
     Status.RESOURCE_EXHAUSTED: 413,
-    Status.ALREADY_EXISTS: 409,
+    Status.ALREADY_EXISTS: 400,  # as Triton 2.51's HTTP endpoint answers it
     Status.DEADLINE_EXCEEDED: 504,
     Status.CANCELLED: 499,
 }
@@ -110,6 +110,38 @@ class V2Endpoints:
             ready_only = options.get("ready", False)
         return JSONResponse(self.service.repository_index(ready_only))
 
+    async def logging(self, request: Request) -> Response:
+        changes = None
+        if request.method == "POST":
+            body = await read_body(request, 1 << 16, self.body_timeout)
+            changes = parse_json(body) if body.strip() else {}
+            if not isinstance(changes, dict):
+                raise InvalidArgument("log settings must be a JSON object")
+        return JSONResponse(self.service.log_settings(changes))
+
+    async def register_system_shared_memory(self, request: Request) -> Response:
+        body = parse_json(await read_body(request, 1 << 16, self.body_timeout))
+        if not isinstance(body, dict):
+            raise InvalidArgument("a shared memory registration must be a JSON object with 'key', 'offset' and "
+                                  "'byte_size'")
+        self.service.register_system_shared_memory(request.path_params["region"], body.get("key"),
+                                                   body.get("offset", 0), body.get("byte_size"))
+        return Response(status_code=200)
+
+    async def unregister_system_shared_memory(self, request: Request) -> Response:
+        self.service.unregister_system_shared_memory(request.path_params.get("region", ""))
+        return Response(status_code=200)
+
+    async def system_shared_memory_status(self, request: Request) -> Response:
+        return JSONResponse(self.service.system_shared_memory_status(request.path_params.get("region", "")))
+
+    async def cuda_shared_memory(self, request: Request) -> Response:
+        self.service.cuda_shared_memory()
+        return Response(status_code=200)  # pragma: no cover - it always raises
+
+    async def trace_setting(self, request: Request) -> Response:
+        return JSONResponse(self.service.trace_settings())
+
     async def _control_parameters(self, request: Request) -> dict:
         body = await read_body(request, 1 << 20, self.body_timeout)
         if not body.strip():
@@ -149,7 +181,7 @@ class V2Endpoints:
                     infer_request, binary_default = work[0](*work[1:])
         response = await _unless_disconnected(request, self.service.infer(infer_request))
         accept_encoding = request.headers.get("accept-encoding", "")
-        if sum(t.data.nbytes for t in response.outputs) > _OFFLOAD_BYTES:
+        if sum(t.data.nbytes for t in response.outputs if t.data is not None) > _OFFLOAD_BYTES:
             payload, headers, media_type = await _off_loop(_encode, response, binary_default, accept_encoding)
         else:
             payload, headers, media_type = _encode(response, binary_default, accept_encoding)
@@ -265,6 +297,20 @@ def create_http_app(
         Route("/v2", endpoints.server_metadata, methods=["GET"]),
         Route("/v2/repository/index", endpoints.repository_index, methods=["POST"]),
         Route("/v2/models/stats", endpoints.model_statistics, methods=["GET"]),
+        Route("/v2/logging", endpoints.logging, methods=["GET", "POST"]),
+        Route("/v2/systemsharedmemory/status", endpoints.system_shared_memory_status, methods=["GET"]),
+        Route("/v2/systemsharedmemory/unregister", endpoints.unregister_system_shared_memory, methods=["POST"]),
+        Route("/v2/systemsharedmemory/region/{region}/status", endpoints.system_shared_memory_status,
+              methods=["GET"]),
+        Route("/v2/systemsharedmemory/region/{region}/register", endpoints.register_system_shared_memory,
+              methods=["POST"]),
+        Route("/v2/systemsharedmemory/region/{region}/unregister", endpoints.unregister_system_shared_memory,
+              methods=["POST"]),
+        Route("/v2/cudasharedmemory/status", endpoints.cuda_shared_memory, methods=["GET"]),
+        Route("/v2/cudasharedmemory/unregister", endpoints.cuda_shared_memory, methods=["POST"]),
+        Route("/v2/cudasharedmemory/region/{region}/{action}", endpoints.cuda_shared_memory, methods=["GET", "POST"]),
+        Route("/v2/trace/setting", endpoints.trace_setting, methods=["GET", "POST"]),
+        Route("/v2/models/{model_name}/trace/setting", endpoints.trace_setting, methods=["GET", "POST"]),
         Route("/v2/repository/models/{model_name}/load", endpoints.load_model, methods=["POST"]),
         Route("/v2/repository/models/{model_name}/unload", endpoints.unload_model, methods=["POST"]),
     ]

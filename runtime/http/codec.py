@@ -14,7 +14,7 @@ import msgspec
 from runtime.datatypes import DATATYPES, array_to_buffer, for_input
 from runtime.errors import InvalidArgument
 from runtime.http.json_data import array_from_json, cut_out_arrays, dumps, json_fragment
-from runtime.shared_memory import require_no_regions
+from runtime.shared_memory import REGION_PARAMETER, require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -84,7 +84,8 @@ def _parameters(parameters: Any, what: str) -> dict:
         return {}
     if not isinstance(parameters, dict):
         raise InvalidArgument(f"{what} 'parameters' must be a JSON object")
-    require_no_regions(parameters)
+    if what == "request":
+        require_no_regions(parameters)
     return parameters
 
 
@@ -176,6 +177,10 @@ def _decode_header(
         if datatype not in DATATYPES:
             raise InvalidArgument(f"invalid datatype for input {name}")
         shape = _shape(raw.shape, name)
+        if REGION_PARAMETER in input_parameters:  # read from the region where the core resolves it
+            inputs.append(InferTensor(name=name, datatype=datatype, shape=shape, data=None,
+                                      parameters=dict(input_parameters)))
+            continue
         size = input_parameters.get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -225,7 +230,9 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> tupl
     chunks: list[bytes] = []
     for tensor in response.outputs:
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-        if tensor.parameters.get("binary_data", binary_default):
+        if tensor.in_shared_memory:  # written into the region the request named
+            pass
+        elif tensor.parameters.get("binary_data", binary_default):
             chunk = array_to_buffer(tensor.data, tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)

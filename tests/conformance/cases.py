@@ -66,6 +66,26 @@ def ensemble_body(rows: int = 1, outputs: list[str] | None = None) -> dict:
     return body
 
 
+SHM_INPUT_KEY, SHM_OUTPUT_KEY = "/serverless_triton_conformance_in", "/serverless_triton_conformance_out"
+
+
+def shm_register(case: str, region: str, key: str, byte_size: int, offset: int = 0) -> HttpCase:
+    return HttpCase(case, "POST", f"/v2/systemsharedmemory/region/{region}/register",
+                    {"key": key, "offset": offset, "byte_size": byte_size})
+
+
+def shm_input(name: str, region: str, offset: int, byte_size: int = 16) -> dict:
+    return {"name": name, "datatype": "FP32", "shape": [4], "parameters": {
+        "shared_memory_region": region, "shared_memory_offset": offset, "shared_memory_byte_size": byte_size}}
+
+
+def shm_body(input1_offset: int = 16, output_size: int = 16, region: str = "in") -> dict:
+    return {"inputs": [shm_input("INPUT0", region, 0), shm_input("INPUT1", region, input1_offset)],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"shared_memory_region": "out",
+                                                           "shared_memory_byte_size": output_size}},
+                        {"name": "OUTPUT1"}]}
+
+
 SERVER_METADATA = drop("body.version")  # ours carries our own version
 STATS = each(
     replace_at("body.model_stats.*.last_inference", "<ms>"),
@@ -309,10 +329,34 @@ HTTP_CASES: list[HttpCase] = [
     HttpCase("http-ensemble-stats", "GET", "/v2/models/pipeline/stats", normalize=STATS_SHAPE),
     infer("http-ensemble-decoupled-infer", "streaming_ensemble", {"inputs": [tensor("IN", [1, 2], "INT32")]}),
     HttpCase("http-ensemble-decoupled-config", "GET", "/v2/models/streaming_ensemble/config"),
+    # -- system shared memory ------------------------------------------------------------------------------
+    shm_register("http-shm-register-input", "in", SHM_INPUT_KEY, 32),
+    shm_register("http-shm-register-output", "out", SHM_OUTPUT_KEY, 64),
+    shm_register("http-shm-register-again", "in", SHM_INPUT_KEY, 32),
+    shm_register("http-shm-register-unknown-key", "nokey", "/serverless_triton_no_such_key", 16),
+    shm_register("http-shm-register-past-the-end", "big", SHM_INPUT_KEY, 4096),
+    shm_register("http-shm-register-path-trick", "trick", "../../etc/passwd", 4),
+    HttpCase("http-shm-status", "GET", "/v2/systemsharedmemory/status", normalize=sort_list("body")),
+    HttpCase("http-shm-status-region", "GET", "/v2/systemsharedmemory/region/in/status"),
+    HttpCase("http-shm-status-unknown-region", "GET", "/v2/systemsharedmemory/region/nope/status"),
+    infer("http-shm-infer", "add_sub", shm_body()),
+    infer("http-shm-infer-past-the-region", "add_sub", shm_body(input1_offset=28)),
+    infer("http-shm-infer-output-too-small", "add_sub", shm_body(output_size=8)),
+    infer("http-shm-infer-unknown-region", "add_sub", shm_body(region="nope")),
+    HttpCase("http-shm-unregister-region", "POST", "/v2/systemsharedmemory/region/in/unregister"),
+    HttpCase("http-shm-unregister-unknown", "POST", "/v2/systemsharedmemory/region/in/unregister"),
+    HttpCase("http-shm-unregister-all", "POST", "/v2/systemsharedmemory/unregister"),
+    HttpCase("http-shm-status-after-unregister", "GET", "/v2/systemsharedmemory/status"),
     # -- routes and extensions -----------------------------------------------------------------------------
     HttpCase("http-unknown-route", "GET", "/v2/nothing/here"),
     HttpCase("http-root", "GET", "/"),
     HttpCase("http-logging", "GET", "/v2/logging"),
+    HttpCase("http-logging-update", "POST", "/v2/logging", {"log_verbose_level": 1, "log_format": "ISO8601"}),
+    HttpCase("http-logging-unknown-key", "POST", "/v2/logging", {"not_a_setting": 1}),
+    HttpCase("http-logging-file", "POST", "/v2/logging", {"log_file": "/tmp/elsewhere.log"}),
+    HttpCase("http-logging-not-a-bool", "POST", "/v2/logging", {"log_info": 1}),
+    HttpCase("http-logging-bad-format", "POST", "/v2/logging", {"log_format": "fancy"}),
+    HttpCase("http-logging-restore", "POST", "/v2/logging", {"log_verbose_level": 0, "log_format": "default"}),
     HttpCase("http-trace-setting", "GET", "/v2/trace/setting"),
     HttpCase("http-system-shared-memory-status", "GET", "/v2/systemsharedmemory/status"),
     HttpCase("http-cuda-shared-memory-status", "GET", "/v2/cudasharedmemory/status"),
@@ -362,6 +406,29 @@ def grpc_ensemble(model: str = "pipeline", outputs: tuple[str, ...] = ()) -> ser
         request.raw_input_contents.append(np.asarray(values, dtype=np.float32).tobytes())
     for name in outputs:
         request.outputs.add(name=name)
+    return request
+
+
+def log_settings(**settings) -> service_pb2.LogSettingsRequest:
+    request = service_pb2.LogSettingsRequest()
+    for key, value in settings.items():
+        if isinstance(value, bool):
+            request.settings[key].bool_param = value
+        elif isinstance(value, int):
+            request.settings[key].uint32_param = value
+        else:
+            request.settings[key].string_param = value
+    return request
+
+
+def grpc_shm_infer() -> service_pb2.ModelInferRequest:
+    """INPUT0 from the region 'grpc_in', INPUT1 as raw contents (the raw contents skip shared-memory inputs)."""
+    request = service_pb2.ModelInferRequest(model_name="add_sub")
+    first = request.inputs.add(name="INPUT0", datatype="FP32", shape=[4])
+    first.parameters["shared_memory_region"].string_param = "grpc_in"
+    first.parameters["shared_memory_byte_size"].int64_param = 16
+    request.inputs.add(name="INPUT1", datatype="FP32", shape=[4])
+    request.raw_input_contents.append(np.asarray(B, dtype=np.float32).tobytes())
     return request
 
 
@@ -525,7 +592,21 @@ GRPC_CASES: list[GrpcCase] = [
     GrpcCase("grpc-ensemble-decoupled-config", "ModelConfig",
              service_pb2.ModelConfigRequest(name="streaming_ensemble")),
     GrpcCase("grpc-ensemble-metadata", "ModelMetadata", service_pb2.ModelMetadataRequest(name="pipeline")),
+    GrpcCase("grpc-shm-register", "SystemSharedMemoryRegister", service_pb2.SystemSharedMemoryRegisterRequest(
+        name="grpc_in", key=SHM_INPUT_KEY, byte_size=32)),
+    GrpcCase("grpc-shm-register-again", "SystemSharedMemoryRegister", service_pb2.SystemSharedMemoryRegisterRequest(
+        name="grpc_in", key=SHM_INPUT_KEY, byte_size=32)),
+    GrpcCase("grpc-shm-status", "SystemSharedMemoryStatus", service_pb2.SystemSharedMemoryStatusRequest()),
+    GrpcCase("grpc-shm-infer", "ModelInfer", grpc_shm_infer()),
+    GrpcCase("grpc-shm-unregister", "SystemSharedMemoryUnregister",
+             service_pb2.SystemSharedMemoryUnregisterRequest(name="grpc_in")),
+    GrpcCase("grpc-shm-status-unknown", "SystemSharedMemoryStatus",
+             service_pb2.SystemSharedMemoryStatusRequest(name="grpc_in")),
     GrpcCase("grpc-log-settings", "LogSettings", service_pb2.LogSettingsRequest()),
+    GrpcCase("grpc-log-settings-update", "LogSettings", log_settings(log_warning=False)),
+    GrpcCase("grpc-log-settings-wrong-type", "LogSettings", log_settings(log_verbose_level=True)),
+    GrpcCase("grpc-log-settings-file", "LogSettings", log_settings(log_file="/tmp/elsewhere.log")),
+    GrpcCase("grpc-log-settings-restore", "LogSettings", log_settings(log_warning=True)),
     GrpcCase("grpc-trace-setting", "TraceSetting", service_pb2.TraceSettingRequest()),
     GrpcCase("grpc-system-shared-memory-status", "SystemSharedMemoryStatus",
              service_pb2.SystemSharedMemoryStatusRequest()),

@@ -18,6 +18,13 @@ DIFFERENCES: dict[str, str] = {
     "http-index-bad-json": TRITON_500,
     "http-infer-malformed-json": TRITON_500,
     "http-infer-classification-negative": TRITON_500,
+    "http-logging-not-a-bool": TRITON_500,
+    "http-shm-register-unknown-key": TRITON_500,
+    "http-shm-register-past-the-end": TRITON_500,
+    "http-shm-register-path-trick": TRITON_500,
+    "http-shm-infer-output-too-small": TRITON_500,
+    "http-logging-bad-format": ("Triton answers 503 (UNAVAILABLE: retry later) to a log format it does not know; it "
+                                "is the client's error, so we answer 400 with Triton's words"),
     "http-infer-classification-not-a-number": TRITON_500,
     "http-infer-json-array-body": TRITON_500,
     "http-infer-inputs-not-a-list": TRITON_500,
@@ -59,17 +66,16 @@ DIFFERENCES: dict[str, str] = {
                                      "name; we decode %-escapes first, so such a path never reaches a model lookup "
                                      "(404 'Not Found' from the router)"),
     # -- not built yet -------------------------------------------------------------------------------------------
-    "http-server-metadata": ("the extensions list names what we serve: sequence, shared memory, trace and logging "
-                             "come with issue #13"),
+    "http-server-metadata": ("the extensions list names what we serve: sequence batching comes with issue #13; "
+                             "CUDA shared memory and trace are not built"),
     "grpc-server-metadata": "same as http-server-metadata",
-    "http-logging": NOT_YET.format(what="the logging extension", issue="#13"),
-    "grpc-log-settings": NOT_YET.format(what="the logging extension", issue="#13"),
-    "http-trace-setting": NOT_YET.format(what="trace settings", issue="#13"),
-    "grpc-trace-setting": NOT_YET.format(what="trace settings", issue="#13"),
-    "http-system-shared-memory-status": NOT_YET.format(what="system shared memory", issue="#13"),
-    "grpc-system-shared-memory-status": NOT_YET.format(what="system shared memory", issue="#13"),
-    "http-cuda-shared-memory-status": NOT_YET.format(what="CUDA shared memory", issue="#13"),
-    "grpc-cuda-shared-memory-status": NOT_YET.format(what="CUDA shared memory", issue="#13"),
+    "http-trace-setting": ("tracing is not built (OpenTelemetry export would come with it): trace settings answer "
+                           "501 / UNIMPLEMENTED 'trace is not supported by this server'"),
+    "grpc-trace-setting": "same as http-trace-setting",
+    "http-cuda-shared-memory-status": ("CUDA shared memory needs a GPU path this server does not have yet: the "
+                                       "calls answer 501 / UNIMPLEMENTED, where Triton built with CUDA lists no "
+                                       "regions on a host without a GPU"),
+    "grpc-cuda-shared-memory-status": "same as http-cuda-shared-memory-status",
 }
 
 # Differences in how every answer is compared, not tied to one case.

@@ -325,8 +325,8 @@ def write(root: Path, name: str, config: str | None, files: dict[str, str]) -> N
 def build_repository(root: Path, label_files: bool = True) -> Path:
     """Models covering what the conformance cases touch (see the module docstring of test_conformance).
 
-    ``label_files``: include the model with a ``label_filename``.  With it in the repository, Triton 2.51's
-    poll stopped picking up changes after its first reload in our runs, so the poll-mode suite leaves it out."""
+    ``label_files``: include the model with a ``label_filename`` (the poll-mode suite leaves it out: with it in
+    the repository, Triton 2.51's poll stopped picking up changes after its first reload in our runs)."""
     write(root, "add_sub", ADD_SUB_CONFIG.format(name="add_sub", max_batch=0, dtype="TYPE_FP32", extra=""),
           {"1/model.py": ADD_SUB})
     write(root, "add_sub_int", ADD_SUB_CONFIG.format(name="add_sub_int", max_batch=0, dtype="TYPE_INT32",

@@ -1,0 +1,148 @@
+"""System shared memory as tritonclient users drive it: inputs read from and outputs written into registered
+regions over HTTP and gRPC, bounds, keys that try to name other files, limits, and unmapping."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException
+
+from runtime.errors import AlreadyExists, InvalidArgument
+from runtime.shared_memory import SharedMemoryRegistry
+from tests.support import ServerProcess, write_model
+
+ADD_SUB = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b),
+                                                         pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+A = np.array([1, 2, 3, 4], np.float32)
+B = np.array([10, 20, 30, 40], np.float32)
+
+
+@pytest.fixture
+def served(tmp_path):
+    write_model(tmp_path / "models", "add_sub", CONFIG, {"1/model.py": ADD_SUB})
+    with ServerProcess(tmp_path / "models") as process:
+        yield process
+
+
+@pytest.fixture
+def regions():
+    tag = uuid.uuid4().hex[:8]
+    inputs = shm.create_shared_memory_region(f"in-{tag}", f"/st_test_in_{tag}", 32)
+    outputs = shm.create_shared_memory_region(f"out-{tag}", f"/st_test_out_{tag}", 32)
+    shm.set_shared_memory_region(inputs, [A, B])
+    yield tag, inputs, outputs
+    shm.destroy_shared_memory_region(inputs)
+    shm.destroy_shared_memory_region(outputs)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_inputs_and_outputs_through_registered_regions(served, regions, protocol):
+    tag, inputs, outputs = regions
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
+    client.register_system_shared_memory("in", f"/st_test_in_{tag}", 32)
+    client.register_system_shared_memory("out", f"/st_test_out_{tag}", 32)
+    first, second = module.InferInput("INPUT0", [4], "FP32"), module.InferInput("INPUT1", [4], "FP32")
+    first.set_shared_memory("in", 16)
+    second.set_shared_memory("in", 16, offset=16)
+    summed = module.InferRequestedOutput("OUTPUT0")
+    summed.set_shared_memory("out", 16)
+    result = client.infer("add_sub", [first, second], outputs=[summed, module.InferRequestedOutput("OUTPUT1")])
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(outputs, np.float32, [4]), A + B)  # written in place
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)  # the other output as usual
+
+    status = client.get_system_shared_memory_status(**({} if protocol == "http" else {"as_json": True}))
+    names = [r["name"] for r in status] if protocol == "http" else sorted(status["regions"])
+    assert sorted(names) == ["in", "out"]
+    client.unregister_system_shared_memory("in")
+    with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'in'"):
+        client.infer("add_sub", [first, second])
+    client.unregister_system_shared_memory()
+    maps = Path(f"/proc/{served.process.pid}/maps").read_text()
+    assert f"st_test_in_{tag}" not in maps and f"st_test_out_{tag}" not in maps  # unmapped, nothing left behind
+
+
+def test_bad_keys_bounds_and_sizes_are_refused(served, regions, tmp_path):
+    tag, *_ = regions
+    base = f"http://{served.http_url}/v2/systemsharedmemory/region"
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not yours")
+    link = Path("/dev/shm") / f"st_test_link_{tag}"
+    os.symlink(outside, link)
+    try:
+        for key in ("../../etc/passwd", "/../etc/passwd", "relative", f"/st_test_in_{tag}/x", "/",
+                    f"/st_test_link_{tag}", "/st_test_no_such_object"):
+            response = httpx.post(f"{base}/r/register", json={"key": key, "offset": 0, "byte_size": 4})
+            assert response.status_code == 400 and "Unable to open shared memory region" in response.json()["error"]
+    finally:
+        link.unlink()
+    past = httpx.post(f"{base}/r/register", json={"key": f"/st_test_in_{tag}", "offset": 16, "byte_size": 32})
+    assert past.status_code == 400 and "Invalid shared memory region" in past.json()["error"]
+    for bad in ({"key": f"/st_test_in_{tag}", "byte_size": -1}, {"key": 7, "byte_size": 4}, [1]):
+        assert httpx.post(f"{base}/r/register", json=bad).status_code == 400
+
+    client = httpclient.InferenceServerClient(served.http_url)
+    client.register_system_shared_memory("in", f"/st_test_in_{tag}", 32)
+    with pytest.raises(InferenceServerException, match="already in manager"):
+        client.register_system_shared_memory("in", f"/st_test_in_{tag}", 32)
+    first, second = httpclient.InferInput("INPUT0", [4], "FP32"), httpclient.InferInput("INPUT1", [4], "FP32")
+    first.set_shared_memory("in", 16, offset=24)  # past the registered 32 bytes
+    second.set_data_from_numpy(B)
+    with pytest.raises(InferenceServerException, match="Invalid offset \\+ byte size"):
+        client.infer("add_sub", [first, second])
+    first = httpclient.InferInput("INPUT0", [4], "FP32")
+    first.set_shared_memory("in", 12)  # fewer bytes than the shape needs
+    with pytest.raises(InferenceServerException, match="byte size mismatch"):
+        client.infer("add_sub", [first, second])
+    assert httpx.get(f"http://{served.http_url}/v2/health/live").status_code == 200
+
+
+def test_registrations_are_bounded(regions):
+    tag, *_ = regions
+    registry = SharedMemoryRegistry(max_regions=2, max_total_bytes=48)
+    registry.register("a", f"/st_test_in_{tag}", 0, 16)
+    with pytest.raises(AlreadyExists):
+        registry.register("a", f"/st_test_in_{tag}", 0, 16)
+    with pytest.raises(InvalidArgument, match="exceed"):
+        registry.register("b", f"/st_test_in_{tag}", 0, 32 + 1)
+    registry.register("b", f"/st_test_out_{tag}", 0, 16)
+    with pytest.raises(InvalidArgument, match="at most 2"):
+        registry.register("c", f"/st_test_out_{tag}", 0, 4)
+    view, _ = registry.view({"shared_memory_region": "a", "shared_memory_byte_size": 16})
+    registry.unregister()  # a view still in use keeps its mapping until it goes
+    assert np.frombuffer(view, np.float32).tolist() == A.tolist()
+    assert registry.status() == []
+
+
+def test_cuda_shared_memory_answers_unsupported(served):
+    response = httpx.get(f"http://{served.http_url}/v2/cudasharedmemory/status")
+    assert response.status_code == 501 and "CUDA shared memory" in response.json()["error"]
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    with pytest.raises(InferenceServerException, match="CUDA shared memory"):
+        client.get_cuda_shared_memory_status()
