@@ -146,7 +146,8 @@ class OnnxRuntimeHandler(TensorHandler):
                         f"config {kind} '{tensor.name}' has rank {batch_rank + len(dims)} "
                         f"(with batch dim) but the model's has rank {len(node.shape)}"
                     )
-        declared_inputs = {t.name for t in spec.inputs}
+        controls = {c.name for c in spec.sequence.controls} if spec.sequence else set()  # the server fills them
+        declared_inputs = {t.name for t in spec.inputs} | controls
         missing = sorted(set(session_inputs) - declared_inputs)
         if missing:
             raise ModelLoadError(f"ONNX model inputs {missing} are not in the config")

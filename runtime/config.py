@@ -17,6 +17,7 @@ from tritonclient.grpc import model_config_pb2
 from runtime.datatypes import DATATYPES, config_type_to_datatype
 from runtime.ensemble_config import EnsembleStep, ensemble_steps
 from runtime.errors import ModelLoadError
+from runtime.sequence_config import SequenceSpec, sequence_spec
 
 ModelConfig = model_config_pb2.ModelConfig
 
@@ -111,6 +112,7 @@ class ModelSpec:
     decoupled: bool = False  # model_transaction_policy { decoupled: true }
     steps: tuple[EnsembleStep, ...] = ()  # ensemble_scheduling (platform "ensemble")
     response_cache: bool = False  # response_cache { enable: true }
+    sequence: SequenceSpec | None = None  # sequence_batching (a stateful model)
 
     @property
     def is_ensemble(self) -> bool:
@@ -335,6 +337,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
         decoupled=config.model_transaction_policy.decoupled,
         steps=ensemble_steps(config, folder_name, inputs, outputs) if handler == ENSEMBLE else (),
         response_cache=config.response_cache.enable,
+        sequence=sequence_spec(config, folder_name),
     )
 
 

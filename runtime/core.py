@@ -30,9 +30,9 @@ logger = logging.getLogger(__name__)
 
 SERVER_NAME = "triton"  # what Triton answers: tools and Triton's own examples check it
 # The extensions this server serves, in Triton's order and spelling.
-EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
-              "model_configuration", "system_shared_memory", "binary_tensor_data", "parameters", "statistics",
-              "logging")
+EXTENSIONS = ("classification", "sequence", "model_repository", "model_repository(unload_dependents)",
+              "schedule_policy", "model_configuration", "system_shared_memory", "binary_tensor_data", "parameters",
+              "statistics", "logging")
 
 
 class InferenceService:

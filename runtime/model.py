@@ -17,6 +17,7 @@ from runtime.classification import load_labels
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
+from runtime.sequence import SequenceScheduler
 from runtime.stats import FailureReason, ModelStatistics
 from runtime.types import InferRequest
 from runtime.warmup import run_warmup
@@ -121,7 +122,8 @@ class ModelVersion:
 
     def start(self) -> None:
         """Start scheduling on the running event loop; the version is READY from here on."""
-        self.scheduler = Scheduler(self.spec, self.instances, self._executor, self.stats, self.max_queue_size)
+        scheduler_type = SequenceScheduler if self.spec.sequence is not None else Scheduler
+        self.scheduler = scheduler_type(self.spec, self.instances, self._executor, self.stats, self.max_queue_size)
         self.state, self.reason = ModelState.READY, ""
 
     @property

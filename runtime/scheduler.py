@@ -62,12 +62,13 @@ class Scheduler:
         executor: ThreadPoolExecutor,
         stats: ModelStatistics,
         default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+        batch_always: bool = False,  # batch what is queued even without dynamic_batching (sequence batching)
     ) -> None:
         self.spec = spec
         self.executor = executor
         self.stats = stats
         batching = spec.dynamic_batching
-        self.batching = batching is not None and spec.max_batch_size > 0
+        self.batching = (batching is not None or batch_always) and spec.max_batch_size > 0
         self.concatenate = self.batching and all(isinstance(i, TensorHandler) for i in instances)
         self.max_batch = spec.max_batch_size if self.batching else 0
         preferred = [p for p in (batching.preferred_batch_sizes if batching else ()) if 0 < p <= self.max_batch]

@@ -44,6 +44,8 @@ class InferRequest:
     raw_input: bool = False  # a raw binary request: one nameless input whose shape the model's config gives
     stream: ResponseStream | None = None  # where a decoupled model's responses to this request go
     bls_chain: tuple[str, ...] = ()  # the models whose executions wait on this request (BLS calls, outermost first)
+    correlation_id: int | str = 0  # the sequence it belongs to (set by the sequence scheduler)
+    flags: int = 0  # the sequence's START (1) / END (2) flags for this request
 
     def input_arrays(self) -> dict[str, np.ndarray]:
         return {tensor.name: tensor.data for tensor in self.inputs}

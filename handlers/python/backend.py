@@ -448,7 +448,7 @@ def _timeout(request: InferRequest) -> int:
 def _message(key: Any, refs: list, request: InferRequest) -> tuple:
     """One request as the worker receives it."""
     return (key, refs, request.id, [o.name for o in request.outputs], bls.model_parameters(request.parameters),
-            0, 0, _timeout(request), request.bls_chain)
+            request.correlation_id, request.flags, _timeout(request), request.bls_chain)
 
 
 def log_model(model: str, level: str, message: str) -> None:

@@ -59,6 +59,13 @@ def infer(name: str, model: str, body, headers: dict | None = None, normalize=No
     return HttpCase(name, "POST", path, body, headers or {}, normalize)
 
 
+def sequence_body(value: int, rows: int = 1, **parameters) -> dict:
+    body: dict = {"inputs": [tensor("INPUT", [value] * rows, "INT32", shape=[rows, 1])]}
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
 def ensemble_body(rows: int = 1, outputs: list[str] | None = None) -> dict:
     body = {"inputs": [tensor("A", A * rows, shape=[rows, 4]), tensor("B", B * rows, shape=[rows, 4])]}
     if outputs is not None:
@@ -329,6 +336,26 @@ HTTP_CASES: list[HttpCase] = [
     HttpCase("http-ensemble-stats", "GET", "/v2/models/pipeline/stats", normalize=STATS_SHAPE),
     infer("http-ensemble-decoupled-infer", "streaming_ensemble", {"inputs": [tensor("IN", [1, 2], "INT32")]}),
     HttpCase("http-ensemble-decoupled-config", "GET", "/v2/models/streaming_ensemble/config"),
+    # -- sequence batching (the cases run in order: one sequence's requests follow one another) -----------------
+    HttpCase("http-sequence-config", "GET", "/v2/models/accumulate/config"),
+    HttpCase("http-sequence-metadata", "GET", "/v2/models/accumulate"),
+    infer("http-sequence-without-id", "accumulate", sequence_body(1)),
+    infer("http-sequence-start", "accumulate", sequence_body(1, sequence_id=5, sequence_start=True)),
+    infer("http-sequence-continue", "accumulate", sequence_body(2, sequence_id=5)),
+    infer("http-sequence-another-start", "accumulate", sequence_body(10, sequence_id=6, sequence_start=True)),
+    infer("http-sequence-end", "accumulate", sequence_body(3, sequence_id=5, sequence_end=True)),
+    infer("http-sequence-after-its-end", "accumulate", sequence_body(3, sequence_id=5)),
+    infer("http-sequence-unknown", "accumulate", sequence_body(3, sequence_id=9, sequence_end=True)),
+    infer("http-sequence-batch-of-two", "accumulate", sequence_body(1, rows=2, sequence_id=7, sequence_start=True)),
+    infer("http-sequence-start-and-end", "accumulate", sequence_body(4, sequence_id=8, sequence_start=True,
+                                                                     sequence_end=True)),
+    infer("http-sequence-string-id", "accumulate", sequence_body(4, sequence_id="abc", sequence_start=True,
+                                                                 sequence_end=True)),
+    infer("http-sequence-id-not-a-number-or-string", "accumulate", sequence_body(1, sequence_id=1.5,
+                                                                                 sequence_start=True)),
+    infer("http-sequence-restart", "accumulate", sequence_body(100, sequence_id=6, sequence_start=True)),
+    infer("http-sequence-zero-id", "accumulate", sequence_body(1, sequence_id=0, sequence_start=True)),
+    infer("http-sequence-end-the-restarted", "accumulate", sequence_body(1, sequence_id=6, sequence_end=True)),
     # -- system shared memory ------------------------------------------------------------------------------
     shm_register("http-shm-register-input", "in", SHM_INPUT_KEY, 32),
     shm_register("http-shm-register-output", "out", SHM_OUTPUT_KEY, 64),
@@ -429,6 +456,20 @@ def grpc_shm_infer() -> service_pb2.ModelInferRequest:
     first.parameters["shared_memory_byte_size"].int64_param = 16
     request.inputs.add(name="INPUT1", datatype="FP32", shape=[4])
     request.raw_input_contents.append(np.asarray(B, dtype=np.float32).tobytes())
+    return request
+
+
+def grpc_sequence(value: int, sequence_id: int | str, start: bool = False,
+                  end: bool = False) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="accumulate", id=f"{sequence_id}-{value}")
+    request.inputs.add(name="INPUT", datatype="INT32", shape=[1, 1])
+    request.raw_input_contents.append(np.asarray([[value]], dtype=np.int32).tobytes())
+    if isinstance(sequence_id, str):
+        request.parameters["sequence_id"].string_param = sequence_id
+    else:
+        request.parameters["sequence_id"].int64_param = sequence_id
+    request.parameters["sequence_start"].bool_param = start
+    request.parameters["sequence_end"].bool_param = end
     return request
 
 
@@ -602,6 +643,10 @@ GRPC_CASES: list[GrpcCase] = [
              service_pb2.SystemSharedMemoryUnregisterRequest(name="grpc_in")),
     GrpcCase("grpc-shm-status-unknown", "SystemSharedMemoryStatus",
              service_pb2.SystemSharedMemoryStatusRequest(name="grpc_in")),
+    GrpcCase("grpc-sequence-stream", "ModelStreamInfer", [grpc_sequence(5, 31, start=True), grpc_sequence(6, 31),
+                                                         grpc_sequence(7, 31, end=True)]),
+    GrpcCase("grpc-sequence-string-id", "ModelInfer", grpc_sequence(9, "key-1", start=True, end=True)),
+    GrpcCase("grpc-sequence-without-start", "ModelInfer", grpc_sequence(9, 33)),
     GrpcCase("grpc-log-settings", "LogSettings", service_pb2.LogSettingsRequest()),
     GrpcCase("grpc-log-settings-update", "LogSettings", log_settings(log_warning=False)),
     GrpcCase("grpc-log-settings-wrong-type", "LogSettings", log_settings(log_verbose_level=True)),

@@ -19,6 +19,7 @@ DIFFERENCES: dict[str, str] = {
     "http-infer-malformed-json": TRITON_500,
     "http-infer-classification-negative": TRITON_500,
     "http-logging-not-a-bool": TRITON_500,
+    "http-sequence-id-not-a-number-or-string": TRITON_500,
     "http-shm-register-unknown-key": TRITON_500,
     "http-shm-register-past-the-end": TRITON_500,
     "http-shm-register-path-trick": TRITON_500,
@@ -66,8 +67,7 @@ DIFFERENCES: dict[str, str] = {
                                      "name; we decode %-escapes first, so such a path never reaches a model lookup "
                                      "(404 'Not Found' from the router)"),
     # -- not built yet -------------------------------------------------------------------------------------------
-    "http-server-metadata": ("the extensions list names what we serve: sequence batching comes with issue #13; "
-                             "CUDA shared memory and trace are not built"),
+    "http-server-metadata": "the extensions list names what we serve: CUDA shared memory and trace are not built",
     "grpc-server-metadata": "same as http-server-metadata",
     "http-trace-setting": ("tracing is not built (OpenTelemetry export would come with it): trace settings answer "
                            "501 / UNIMPLEMENTED 'trace is not supported by this server'"),

@@ -311,6 +311,43 @@ instance_group [ { kind: KIND_CPU } ]
 """
 
 
+ACCUMULATE = HEADER + """
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().reshape(-1)[0])
+            start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy().tolist()
+            ready = pb_utils.get_input_tensor_by_name(request, "READY").as_numpy().tolist()
+            has_corrid = pb_utils.get_input_tensor_by_name(request, "CORRID") is not None
+            key = request.correlation_id()
+            self.sums[key] = (0 if start[0][0] else self.sums.get(key, 0)) + value
+            seen = json.dumps([key, request.flags(), start, ready, has_corrid, json.loads(request.parameters())])
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT", np.array([[self.sums[key]]], np.int32)),
+                pb_utils.Tensor("SEEN", np.array([[seen.encode()]], dtype=object))]))
+        return responses
+"""
+ACCUMULATE_CONFIG = """
+backend: "python"
+max_batch_size: 4
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
 def write(root: Path, name: str, config: str | None, files: dict[str, str]) -> None:
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -339,6 +376,7 @@ def build_repository(root: Path, label_files: bool = True) -> Path:
     write(root, "double", DOUBLE_CONFIG.format(dtype="TYPE_FP32"), {"1/model.py": DOUBLE})
     write(root, "double_int", DOUBLE_CONFIG.format(dtype="TYPE_INT32"), {"1/model.py": DOUBLE})
     write(root, "double_one", DOUBLE_ONE_CONFIG, {"1/model.py": DOUBLE})
+    write(root, "accumulate", ACCUMULATE_CONFIG, {"1/model.py": ACCUMULATE})
     for name, config in {**ENSEMBLES, "streaming_ensemble": STREAMING_ENSEMBLE}.items():
         write(root, name, config, {})
         (root / name / "1").mkdir()

@@ -1,0 +1,165 @@
+"""Sequence batching (``sequence_batching``): stateful models whose requests come in sequences, each request
+carrying a correlation ID (``sequence_id``, a number or a string) and the START / END flags.
+
+Every sequence is held by one instance from its START to its END (or until it stays idle past
+``max_sequence_idle_microseconds``), its requests run one at a time and in order, and the model receives the
+control inputs its config asks for (START, END, READY, CORRID) with each request.  Requests of different
+sequences on one instance are batched together, up to ``max_batch_size``.  An instance holds at most
+``max_batch_size`` sequences (``direct``) or ``max_candidate_sequences`` (``oldest``); a new sequence beyond
+that waits for one to end.  Errors use Triton's words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from handlers import ModelHandler
+from runtime.datatypes import numpy_dtype
+from runtime.errors import InvalidArgument
+from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
+from runtime.sequence_config import SequenceSpec
+from runtime.stats import ModelStatistics
+from runtime.types import InferRequest, InferTensor
+
+START, END = 1, 2  # request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END)
+
+
+@dataclass(eq=False)
+class _Sequence:
+    correlation_id: int | str
+    instance: int
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class SequenceScheduler:
+    """Routes each sequence to one instance's scheduler and feeds the model its control inputs."""
+
+    def __init__(self, spec: Any, instances: list[ModelHandler], executor: ThreadPoolExecutor,
+                 stats: ModelStatistics, default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE) -> None:
+        self.spec = spec
+        self.sequence: SequenceSpec = spec.sequence
+        self._schedulers = [Scheduler(spec, [instance], executor, stats, default_max_queue_size, batch_always=True)
+                            for instance in instances]
+        per_instance = self.sequence.max_candidates or max(1, spec.max_batch_size)
+        self._capacity = [per_instance] * len(instances)
+        self._sequences: dict[int | str, _Sequence] = {}
+        self._freed = asyncio.Condition()
+        self._reaper = asyncio.create_task(self._release_idle())
+
+    @property
+    def pending(self) -> int:
+        return sum(scheduler.pending for scheduler in self._schedulers)
+
+    async def submit(self, request: InferRequest, batch_size: int) -> tuple[Any, int]:
+        model = self.spec.name
+        parameters = request.parameters
+        correlation_id = _correlation_id(parameters.get("sequence_id", 0))
+        if correlation_id in (0, ""):
+            raise InvalidArgument(f"inference request to model '{model}' must specify a non-zero or non-empty "
+                                  "correlation ID")
+        if self.spec.max_batch_size > 0 and batch_size != 1:
+            raise InvalidArgument(f"inference request to model '{model}' must specify batch-size 1 due to "
+                                  "requirements of sequence batcher")
+        start, end = _flag(parameters, "sequence_start"), _flag(parameters, "sequence_end")
+        sequence = self._sequences.get(correlation_id)
+        if sequence is None:
+            if not start:
+                raise InvalidArgument(f"inference request for sequence {correlation_id} to model '{model}' must "
+                                      "specify the START flag on the first request of the sequence")
+            sequence = await self._open(correlation_id)
+        async with sequence.lock:
+            if self._sequences.get(correlation_id) is not sequence:  # released (idle) while this one waited
+                raise InvalidArgument(f"inference request for sequence {correlation_id} to model '{model}' must "
+                                      "specify the START flag on the first request of the sequence")
+            request.correlation_id, request.flags = correlation_id, (START if start else 0) | (END if end else 0)
+            request.inputs += self._controls(request, start, end)
+            try:
+                return await self._schedulers[sequence.instance].submit(request, batch_size)
+            finally:
+                sequence.last_used = time.monotonic()
+                if end:
+                    await self._close(sequence)
+
+    async def _open(self, correlation_id: int | str) -> _Sequence:
+        """A new sequence on the instance with the most room (waiting for room if every instance is full)."""
+        async with self._freed:
+            while True:
+                held = [0] * len(self._capacity)
+                for sequence in self._sequences.values():
+                    held[sequence.instance] += 1
+                free = [index for index, capacity in enumerate(self._capacity) if held[index] < capacity]
+                if free:
+                    instance = min(free, key=lambda index: held[index])
+                    sequence = _Sequence(correlation_id, instance)
+                    self._sequences[correlation_id] = sequence
+                    return sequence
+                await self._freed.wait()
+
+    async def _close(self, sequence: _Sequence) -> None:
+        async with self._freed:
+            if self._sequences.get(sequence.correlation_id) is sequence:
+                del self._sequences[sequence.correlation_id]
+            self._freed.notify_all()
+
+    async def _release_idle(self) -> None:
+        """Release sequences idle past ``max_sequence_idle_microseconds`` (their next request must START)."""
+        interval = min(max(self.sequence.idle_seconds / 4, 0.01), 1.0)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for sequence in list(self._sequences.values()):
+                if not sequence.lock.locked() and now - sequence.last_used > self.sequence.idle_seconds:
+                    await self._close(sequence)
+
+    def _controls(self, request: InferRequest, start: bool, end: bool) -> list[InferTensor]:
+        shape = (1, 1) if self.spec.max_batch_size > 0 else (1,)
+        tensors = []
+        for control in self.sequence.controls:
+            if control.kind == "CONTROL_SEQUENCE_CORRID":
+                value = _corrid_value(request.correlation_id, control.datatype)
+            else:
+                on = {"CONTROL_SEQUENCE_START": start, "CONTROL_SEQUENCE_END": end,
+                      "CONTROL_SEQUENCE_READY": True}[control.kind]
+                value = control.true_value if on else control.false_value
+            if control.datatype == "BYTES":
+                array = np.full(shape, str(value).encode(), dtype=np.object_)
+            else:
+                array = np.full(shape, value, dtype=numpy_dtype(control.datatype))
+            tensors.append(InferTensor(control.name, control.datatype, shape, array))
+        return tensors
+
+    async def close(self) -> None:
+        self._reaper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reaper
+        for scheduler in self._schedulers:
+            await scheduler.close()
+
+
+def _correlation_id(value: Any) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or (isinstance(value, int) and value < 0):
+        raise InvalidArgument("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+    return value
+
+
+def _flag(parameters: dict[str, Any], key: str) -> bool:
+    value = parameters.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+    return value
+
+
+def _corrid_value(correlation_id: int | str, datatype: str) -> int | str:
+    """The CORRID control's value: the ID itself, or a stable 63-bit number for a string ID in a numeric one."""
+    if datatype == "BYTES" or isinstance(correlation_id, int):
+        return correlation_id
+    return int.from_bytes(hashlib.blake2b(correlation_id.encode(), digest_size=8).digest(), "little") >> 1

@@ -1,0 +1,205 @@
+"""Sequence batching as tritonclient users drive it: a stateful Python model over HTTP, gRPC and gRPC
+streams, numeric and string correlation IDs, control inputs for ONNX, interleaved sequences that never share
+state, idle sequences released, and more sequences than slots waiting for one to end."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support import ServerProcess, write_model
+
+# OUTPUT: the running sum of INPUT over the sequence; FLAGS: what the model saw of the sequence.
+ACCUMULATE = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().reshape(-1)[0])
+            start = int(pb_utils.get_input_tensor_by_name(request, "START").as_numpy().reshape(-1)[0])
+            ready = int(pb_utils.get_input_tensor_by_name(request, "READY").as_numpy().reshape(-1)[0])
+            end = int(pb_utils.get_input_tensor_by_name(request, "END").as_numpy().reshape(-1)[0])
+            key = request.correlation_id()
+            total = (0 if start else self.sums.get(key, 0)) + value
+            self.sums[key] = total
+            if end:
+                del self.sums[key]
+            seen = json.dumps([key, request.flags(), start, ready, end, json.loads(request.parameters())])
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT", np.array([[total]], np.int32)),
+                pb_utils.Tensor("SEEN", np.array([[seen.encode()]], dtype=object))]))
+        return responses
+"""
+SEQUENCE_CONFIG = """
+backend: "python"
+max_batch_size: 2
+sequence_batching {
+  max_sequence_idle_microseconds: %d
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+ONNX_CONFIG = """
+platform: "onnxruntime_onnx"
+max_batch_size: 4
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def build_control_onnx(path) -> None:
+    """OUTPUT = INPUT + 100 * START + 1000 * CORRID: what the server fed the model, visible in the answer."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Mul", ["START", "hundred"], ["s"]),
+             helper.make_node("Mul", ["CORRID", "thousand"], ["c"]),
+             helper.make_node("Add", ["INPUT", "s"], ["t"]), helper.make_node("Add", ["t", "c"], ["OUTPUT"])]
+    graph = helper.make_graph(
+        nodes, "controls",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", 1]) for name in ("INPUT", "START", "CORRID")],
+        [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", 1])],
+        [numpy_helper.from_array(np.array(100, np.float32), "hundred"),
+         numpy_helper.from_array(np.array(1000, np.float32), "thousand")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sequences") / "models"
+    write_model(root, "accumulate", SEQUENCE_CONFIG % 30_000_000, {"1/model.py": ACCUMULATE})
+    write_model(root, "forgetful", SEQUENCE_CONFIG % 300_000, {"1/model.py": ACCUMULATE})  # idle after 0.3 s
+    build_control_onnx(root / "controls" / "1" / "model.onnx")
+    write_model(root, "controls", ONNX_CONFIG)
+    with ServerProcess(root) as process:
+        process.wait_loaded()
+        yield process
+
+
+def _send(client, module, model: str, value: int, sequence_id, start=False, end=False) -> tuple[int, list]:
+    tensor = module.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[value]], np.int32))
+    result = client.infer(model, [tensor], sequence_id=sequence_id, sequence_start=start, sequence_end=end)
+    seen = result.as_numpy("SEEN")[0][0]
+    return int(result.as_numpy("OUTPUT")[0][0]), json.loads(seen.decode() if isinstance(seen, bytes) else seen)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_sequence_keeps_its_state_and_sees_its_flags(served, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
+    ident = 41 if protocol == "http" else "order-42"  # numeric and string correlation IDs
+    total, seen = _send(client, module, "accumulate", 5, ident, start=True)
+    assert total == 5 and seen == [ident, 1, 1, 1, 0, {}]  # START flag, controls; no sequence_* parameters
+    assert _send(client, module, "accumulate", 7, ident)[0] == 12
+    total, seen = _send(client, module, "accumulate", 1, ident, end=True)
+    assert total == 13 and seen[1:5] == [2, 0, 1, 1]  # END flag and control
+    with pytest.raises(InferenceServerException, match="must specify the START flag"):
+        _send(client, module, "accumulate", 1, ident)  # ended: a new request must start again
+
+
+def test_bad_sequence_requests_get_tritons_words(served):
+    client = httpclient.InferenceServerClient(served.http_url)
+    tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[1]], np.int32))
+    with pytest.raises(InferenceServerException, match="must specify a non-zero or non-empty correlation ID"):
+        client.infer("accumulate", [tensor])
+    with pytest.raises(InferenceServerException, match="must specify the START flag on the first request"):
+        client.infer("accumulate", [tensor], sequence_id=999)
+    pair = httpclient.InferInput("INPUT", [2, 1], "INT32")
+    pair.set_data_from_numpy(np.array([[1], [2]], np.int32))
+    with pytest.raises(InferenceServerException, match="must specify batch-size 1"):
+        client.infer("accumulate", [pair], sequence_id=3, sequence_start=True)
+
+
+def test_interleaved_sequences_never_share_state(served):
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    ids = list(range(100, 120))
+    expected = dict.fromkeys(ids, 0)
+    errors: list[str] = []
+
+    def run(ident: int) -> None:
+        own = grpcclient.InferenceServerClient(served.grpc_url)
+        try:
+            for step in range(5):
+                value = ident * 10 + step
+                expected[ident] += value
+                total, seen = _send(own, grpcclient, "accumulate", value, ident, start=step == 0, end=step == 4)
+                if total != expected[ident] or seen[0] != ident:
+                    errors.append(f"sequence {ident} step {step}: {total} != {expected[ident]}")
+        except InferenceServerException as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=run, args=(ident,)) for ident in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []  # two slots, twenty sequences: the others waited for a slot, none saw another's sums
+    assert client.is_server_live()
+
+
+def test_sequences_over_a_grpc_stream(served):
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    for step, value in enumerate((3, 4, 5)):
+        tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], np.int32))
+        client.async_stream_infer("accumulate", [tensor], sequence_id=77, sequence_start=step == 0,
+                                  sequence_end=step == 2)
+    totals = []
+    for _ in range(3):
+        result, error = answers.get(timeout=30)
+        assert error is None, error
+        totals.append(int(result.as_numpy("OUTPUT")[0][0]))
+    client.stop_stream()
+    assert totals == [3, 7, 12]
+
+
+def test_an_idle_sequence_is_released(served):
+    client = httpclient.InferenceServerClient(served.http_url)
+    assert _send(client, httpclient, "forgetful", 2, 5, start=True)[0] == 2
+    time.sleep(1.0)
+    with pytest.raises(InferenceServerException, match="must specify the START flag"):
+        _send(client, httpclient, "forgetful", 2, 5)
+
+
+def test_control_inputs_reach_an_onnx_model(served):
+    client = httpclient.InferenceServerClient(served.http_url)
+    tensor = httpclient.InferInput("INPUT", [1, 1], "FP32")
+    tensor.set_data_from_numpy(np.array([[1.0]], np.float32))
+    first = client.infer("controls", [tensor], sequence_id=3, sequence_start=True).as_numpy("OUTPUT")
+    then = client.infer("controls", [tensor], sequence_id=3, sequence_end=True).as_numpy("OUTPUT")
+    assert first.tolist() == [[3101.0]] and then.tolist() == [[3001.0]]
