@@ -146,12 +146,15 @@ class OnnxRuntimeHandler(TensorHandler):
                         f"config {kind} '{tensor.name}' has rank {batch_rank + len(dims)} "
                         f"(with batch dim) but the model's has rank {len(node.shape)}"
                     )
-        controls = {c.name for c in spec.sequence.controls} if spec.sequence else set()  # the server fills them
-        declared_inputs = {t.name for t in spec.inputs} | controls
+        sequence = spec.sequence
+        filled = {c.name for c in sequence.controls} | {s.input_name for s in sequence.states} if sequence else set()
+        declared_inputs = {t.name for t in spec.inputs} | filled  # control and state inputs: the server fills them
         missing = sorted(set(session_inputs) - declared_inputs)
         if missing:
             raise ModelLoadError(f"ONNX model inputs {missing} are not in the config")
         self._output_names = [t.name for t in spec.outputs]
+        if sequence:  # state outputs too: the sequence scheduler takes them out of each result
+            self._output_names += [s.output_name for s in sequence.states if s.output_name in session_outputs]
         self._string_inputs = {t.name for t in spec.inputs if t.datatype == "BYTES"}
 
     def prepare(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

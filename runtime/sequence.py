@@ -38,6 +38,7 @@ class _Sequence:
     instance: int
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_used: float = field(default_factory=time.monotonic)
+    state: dict[str, np.ndarray] = field(default_factory=dict)  # implicit state: input name -> its next value
 
 
 class SequenceScheduler:
@@ -81,9 +82,11 @@ class SequenceScheduler:
                 raise InvalidArgument(f"inference request for sequence {correlation_id} to model '{model}' must "
                                       "specify the START flag on the first request of the sequence")
             request.correlation_id, request.flags = correlation_id, (START if start else 0) | (END if end else 0)
-            request.inputs += self._controls(request, start, end)
+            request.inputs += self._controls(request, start, end) + self._states(sequence, start)
             try:
-                return await self._schedulers[sequence.instance].submit(request, batch_size)
+                result, queue_ns = await self._schedulers[sequence.instance].submit(request, batch_size)
+                self._keep_states(sequence, result)
+                return result, queue_ns
             finally:
                 sequence.last_used = time.monotonic()
                 if end:
@@ -136,6 +139,26 @@ class SequenceScheduler:
                 array = np.full(shape, value, dtype=numpy_dtype(control.datatype))
             tensors.append(InferTensor(control.name, control.datatype, shape, array))
         return tensors
+
+    def _states(self, sequence: _Sequence, start: bool) -> list[InferTensor]:
+        """The implicit state inputs: what the previous request wrote, or zeros at the START of a sequence."""
+        batch = (1,) if self.spec.max_batch_size > 0 else ()
+        tensors = []
+        for state in self.sequence.states:
+            value = None if start else sequence.state.get(state.input_name)
+            if value is None:
+                value = np.zeros(batch + state.dims, dtype=numpy_dtype(state.datatype))
+            tensors.append(InferTensor(state.input_name, state.datatype, tuple(value.shape), value))
+        return tensors
+
+    def _keep_states(self, sequence: _Sequence, result: Any) -> None:
+        """Take the state outputs out of a result (clients never see them) and keep private copies of them."""
+        if not isinstance(result, dict):
+            return
+        for state in self.sequence.states:
+            value = result.pop(state.output_name, None)
+            if value is not None:
+                sequence.state[state.input_name] = np.array(value, copy=True)
 
     async def close(self) -> None:
         self._reaper.cancel()

@@ -26,11 +26,23 @@ class ControlInput:
 
 
 @dataclass(frozen=True)
+class StateSpec:
+    """Implicit state: the model reads ``input_name`` and writes ``output_name``; the server carries the value
+    from one request of a sequence to the next (zeros, or ``initial_state``'s zeros, at START)."""
+
+    input_name: str
+    output_name: str
+    datatype: str
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class SequenceSpec:
     strategy: str  # direct | oldest
     idle_seconds: float
     controls: tuple[ControlInput, ...]
     max_candidates: int = 0  # oldest: sequences an instance holds at once (0: max_batch_size)
+    states: tuple[StateSpec, ...] = ()
 
 
 def sequence_spec(config: Any, model: str) -> SequenceSpec | None:
@@ -62,4 +74,19 @@ def sequence_spec(config: Any, model: str) -> SequenceSpec | None:
                 raise ModelLoadError(f"model '{model}': control '{control_input.name}' has no false/true values")
     idle = batching.max_sequence_idle_microseconds / 1e6 or DEFAULT_IDLE_SECONDS
     candidates = batching.oldest.max_candidate_sequences if strategy == "oldest" else 0
-    return SequenceSpec(strategy=strategy, idle_seconds=idle, controls=tuple(controls), max_candidates=candidates)
+    return SequenceSpec(strategy=strategy, idle_seconds=idle, controls=tuple(controls), max_candidates=candidates,
+                        states=tuple(_state(state, model) for state in batching.state))
+
+
+def _state(state: Any, model: str) -> StateSpec:
+    if not state.input_name or not state.output_name:
+        raise ModelLoadError(f"model '{model}': a sequence state needs an input_name and an output_name")
+    dims = tuple(int(d) for d in state.dims)
+    if any(d < 0 for d in dims):
+        raise ModelLoadError(f"model '{model}': state '{state.input_name}' needs fixed dims, not {list(dims)}")
+    for initial in state.initial_state:
+        if initial.WhichOneof("state_data") == "data_file":
+            raise ModelLoadError(f"model '{model}': state '{state.input_name}': initial_state from a data_file is "
+                                 "not supported (zero_data is)")
+    datatype = config_type_to_datatype(model_config_pb2.DataType.Name(state.data_type))
+    return StateSpec(state.input_name, state.output_name, datatype, dims)

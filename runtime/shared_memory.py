@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.datatypes import serialize_bytes
 from runtime.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
 from runtime.types import InferRequest, InferResponse
 
@@ -163,8 +164,6 @@ def write_outputs(registry: SharedMemoryRegistry | None, request: InferRequest, 
         target, _ = _require(registry).view(parameters)
         data = np.ascontiguousarray(tensor.data)
         if tensor.datatype == "BYTES":
-            from runtime.datatypes import serialize_bytes
-
             payload: Any = serialize_bytes(data)
         else:
             payload = memoryview(data.reshape(-1).view(np.uint8))

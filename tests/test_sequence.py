@@ -203,3 +203,86 @@ def test_control_inputs_reach_an_onnx_model(served):
     first = client.infer("controls", [tensor], sequence_id=3, sequence_start=True).as_numpy("OUTPUT")
     then = client.infer("controls", [tensor], sequence_id=3, sequence_end=True).as_numpy("OUTPUT")
     assert first.tolist() == [[3101.0]] and then.tolist() == [[3001.0]]
+
+
+STATEFUL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            total = value + pb_utils.get_input_tensor_by_name(request, "STATE_IN").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", total),
+                                                         pb_utils.Tensor("STATE_OUT", total)]))
+        return responses
+"""
+STATE_CONFIG = """
+%s
+max_batch_size: 4
+sequence_batching {
+  max_sequence_idle_microseconds: 30000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+            initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zeros" } } ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def build_state_onnx(path) -> None:
+    """Triton's simple_sequence accumulator as an ONNX graph: OUTPUT = STATE_OUT = (INPUT + STATE_IN * (1 - START))
+    * READY, with START and READY control inputs and the running sum kept in implicit state."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Sub", ["one", "START"], ["carry"]),
+             helper.make_node("Mul", ["STATE_IN", "carry"], ["kept"]),
+             helper.make_node("Add", ["INPUT", "kept"], ["sum"]),
+             helper.make_node("Mul", ["sum", "READY"], ["OUTPUT"]),
+             helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])]
+    graph = helper.make_graph(
+        nodes, "state", [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1])
+                         for n in ("INPUT", "STATE_IN", "START", "READY")],
+        [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1]) for n in ("OUTPUT", "STATE_OUT")],
+        [numpy_helper.from_array(np.array(1, np.int32), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+@pytest.mark.parametrize("backend", ["python", "onnx"])
+def test_implicit_state_is_carried_per_sequence_and_reset_at_start(tmp_path, backend):
+    root = tmp_path / "models"
+    if backend == "python":
+        write_model(root, "stateful", STATE_CONFIG % 'backend: "python"', {"1/model.py": STATEFUL})
+    else:
+        build_state_onnx(root / "stateful" / "1" / "model.onnx")
+        write_model(root, "stateful", STATE_CONFIG % 'platform: "onnxruntime_onnx"')
+    with ServerProcess(root) as process:
+        client = httpclient.InferenceServerClient(process.http_url)
+
+        def send(value: int, ident: int, start: bool = False, end: bool = False) -> int:
+            tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+            tensor.set_data_from_numpy(np.array([[value]], np.int32))
+            result = client.infer("stateful", [tensor], sequence_id=ident, sequence_start=start, sequence_end=end)
+            assert result.as_numpy("STATE_OUT") is None  # the state never reaches the client
+            return int(result.as_numpy("OUTPUT")[0][0])
+
+        assert [send(1, 1, start=True), send(100, 2, start=True)] == [1, 100]
+        assert [send(2, 1), send(200, 2), send(3, 1)] == [3, 300, 6]  # interleaved, never mixed
+        assert send(5, 1, start=True) == 5  # START resets the state
+        assert send(1, 2, end=True) == 301
+        with pytest.raises(InferenceServerException, match="unexpected inference output 'STATE_OUT'"):
+            tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+            tensor.set_data_from_numpy(np.array([[1]], np.int32))
+            client.infer("stateful", [tensor], sequence_id=1,
+                         outputs=[httpclient.InferRequestedOutput("STATE_OUT")])
