@@ -58,6 +58,7 @@ class InferenceService:
         self.custom_metrics = CustomMetrics()
         self.log = ServerLog()  # the logging extension
         self.shared_memory = SharedMemoryRegistry()  # system shared-memory regions clients registered
+        manager.retire_hooks.append(self._forget_custom_metrics)
         self.cache = cache  # the response cache (None: off)
         if cache is not None:
             manager.retire_hooks.append(cache.evict_model)
@@ -168,6 +169,12 @@ class InferenceService:
     def custom_metric(self, model: str, operation: str, *arguments: Any) -> Any:
         """A Python model's custom-metric call (pb_utils.MetricFamily / Metric)."""
         return self.custom_metrics.call(model, operation, *arguments)
+
+    def _forget_custom_metrics(self, retiring: ModelVersion) -> None:
+        """When a model's last serving version retires, its custom metric families go too."""
+        entry = self.manager.models.get(retiring.name)
+        if entry is None or not any(m.in_service for m in entry.versions.values() if m is not retiring):
+            self.custom_metrics.forget_model(retiring.name)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model (version) sends its responses decoupled (any number per request)."""

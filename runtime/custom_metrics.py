@@ -41,6 +41,7 @@ class _Family:
     description: str
     kind: str  # COUNTER, GAUGE, HISTOGRAM
     series: dict[tuple[tuple[str, str], ...], _Series] = field(default_factory=dict)
+    owners: set[str] = field(default_factory=set)  # the models that created it: it goes when they all unload
 
 
 def _labels_key(labels: Any) -> tuple[tuple[str, str], ...]:
@@ -75,9 +76,19 @@ class CustomMetrics:
         if handler is None:
             raise InvalidArgument(f"unknown metric operation '{operation}'")
         with self._lock:
+            if operation == "family":
+                return self._family(*arguments, owner=model)
             return handler(*arguments)
 
-    def _family(self, name: str, description: str, kind: str) -> None:
+    def forget_model(self, model: str) -> None:
+        """A model unloaded: the families only it created go with it (as in Triton, where they die with it)."""
+        with self._lock:
+            for name, family in list(self._families.items()):
+                family.owners.discard(model)
+                if not family.owners:
+                    del self._families[name]
+
+    def _family(self, name: str, description: str, kind: str, owner: str = "") -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name) or name.startswith(RESERVED_PREFIXES):
             raise InvalidArgument(f"metric family name {name!r} is not a valid Prometheus name, or is reserved for "
                                   "the server's own metrics")
@@ -87,8 +98,9 @@ class CustomMetrics:
         if existing is not None:
             if existing.kind != kind:
                 raise InvalidArgument(f"metric family '{name}' already exists as a {existing.kind.lower()}")
+            existing.owners.add(owner)
             return
-        self._families[name] = _Family(name, str(description), kind)
+        self._families[name] = _Family(name, str(description), kind, owners={owner})
 
     def _get(self, name: str) -> _Family:
         family = self._families.get(name)

@@ -259,6 +259,18 @@ def test_logger_metrics_and_response_parameters(http, grpc, server):
         assert f"model 'observed': {line}" in log
 
 
+def test_custom_metric_families_go_with_their_model(http, server):
+    http.unload_model("observed")
+    metrics = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    assert "observed_requests" not in metrics and "observed_values" not in metrics
+    http.load_model("observed")  # and come back with it, counting afresh
+    tensor = httpclient.InferInput("IN", [3], "FP32")
+    tensor.set_data_from_numpy(np.array([0.5, 5.0, 50.0], dtype=np.float32))
+    http.infer("observed", [tensor])
+    metrics = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    assert 'observed_requests{flavour="test",model="observed"} 1' in metrics
+
+
 @pytest.mark.parametrize("model", ["dlpack", "dlpack_thread"])
 def test_dlpack_round_trip_with_read_only_inputs(grpc, http, model):
     data = np.array([1.0, -2.0, 3.5], dtype=np.float32)
