@@ -6,7 +6,9 @@ Every sequence is held by one instance from its START to its END (or until it st
 control inputs its config asks for (START, END, READY, CORRID) with each request.  Requests of different
 sequences on one instance are batched together, up to ``max_batch_size``.  An instance holds at most
 ``max_batch_size`` sequences (``direct``) or ``max_candidate_sequences`` (``oldest``); a new sequence beyond
-that waits for one to end.  Errors use Triton's words.
+that waits for one to end.  Implicit state (``state``) is carried here too: each request gets the state the
+previous request of its sequence wrote (zeros at START), and the state outputs never reach the client.
+Errors use Triton's words.
 """
 
 from __future__ import annotations
