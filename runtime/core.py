@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from runtime.manager import ModelManager, parse_version
 from runtime.model import ModelVersion
 from runtime.shared_memory import SharedMemoryRegistry, resolve_inputs, write_outputs
 from runtime.streaming import stream_responses
-from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput, StreamResponse
+from runtime.types import InferRequest, InferResponse, InferTensor, ModelOutputs, RequestedOutput, StreamResponse
 from runtime.validation import expected_shape, validate_request
 
 logger = logging.getLogger(__name__)
@@ -192,10 +192,7 @@ class InferenceService:
             resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
-            if self.cache is not None and model.spec.response_cache:
-                result = await through_cache(self.cache, model, request, lambda: model.infer(request, batch_size))
-            else:
-                result = await model.infer(request, batch_size)
+            result = await self._run(model, request, batch_size)
             response = self._response(model, request, result)
             write_outputs(self.shared_memory, request, response)
             return response
@@ -212,13 +209,20 @@ class InferenceService:
             resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
-            async for item in stream_responses(model, request, batch_size, self._response):
+            async for item in stream_responses(model, request, batch_size, self._response,
+                                               lambda: self._run(model, request, batch_size)):
                 if item.response is not None:
                     write_outputs(self.shared_memory, request, item.response)
                 yield item
         finally:
             self.in_flight -= 1
             self.last_activity = time.monotonic()
+
+    def _run(self, model: ModelVersion, request: InferRequest, batch_size: int) -> Awaitable[ModelOutputs]:
+        """A validated request's outputs: from the response cache where the model uses it, else from the model."""
+        if self.cache is not None and model.spec.response_cache:
+            return through_cache(self.cache, model, request, lambda: model.infer(request, batch_size))
+        return model.infer(request, batch_size)
 
     def _response(self, model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray],
                   complete: bool = True) -> InferResponse:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from runtime.errors import ServingError
 from runtime.model import ModelVersion
@@ -20,12 +21,13 @@ from runtime.types import InferRequest, InferResponse, ResponseStream, StreamIte
 BuildResponse = Callable[..., InferResponse]
 
 
-async def stream_responses(model: ModelVersion, request: InferRequest, batch_size: int,
-                           build: BuildResponse) -> AsyncIterator[StreamResponse]:
-    """Run a validated request on ``model``; ``build(model, request, outputs, complete)`` makes each response."""
+async def stream_responses(model: ModelVersion, request: InferRequest, batch_size: int, build: BuildResponse,
+                           run: Callable[[], Awaitable[Any]] | None = None) -> AsyncIterator[StreamResponse]:
+    """Run a validated request on ``model``; ``build(model, request, outputs, complete)`` makes each response.
+    ``run``: how a model in default mode answers (the response cache's way, say), instead of ``model.infer``."""
     if not model.spec.decoupled:
         try:
-            outputs = await model.infer(request, batch_size)
+            outputs = await (run() if run is not None else model.infer(request, batch_size))
         except ServingError as exc:
             if not exc.executed:
                 raise

@@ -3,6 +3,7 @@ cached, a reload invalidates, and the byte budget holds under many distinct inpu
 
 from __future__ import annotations
 
+import queue
 import re
 
 import httpx
@@ -102,6 +103,25 @@ def test_hits_skip_the_model_and_show_in_statistics_and_metrics(served):
     _infer(client, "uncached", [1, 2, 3])
     assert _infer(client, "uncached", [1, 2, 3]).tolist() == [3, 5, 7]  # no cache for this model
     assert _stats(client, "uncached")["inference_stats"]["cache_miss"]["count"] == 0
+
+
+def test_requests_on_a_grpc_stream_use_the_cache_too(served):
+    process, _ = served
+    client = grpcclient.InferenceServerClient(process.grpc_url)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    outputs = []
+    for _ in range(3):  # one after the other: requests in flight together would each miss
+        tensor = grpcclient.InferInput("IN", [2], "FP32")
+        tensor.set_data_from_numpy(np.array([4, 5], np.float32))
+        client.async_stream_infer("cached", [tensor])
+        result, error = answers.get(timeout=30)
+        assert error is None, error
+        outputs.append(result.as_numpy("OUT").tolist())
+    client.stop_stream()
+    assert outputs == [[8.0, 10.0]] * 3  # executed once: a second execution would have added 1
+    stats = _stats(httpclient.InferenceServerClient(process.http_url), "cached")
+    assert stats["inference_stats"]["cache_hit"]["count"] == 2 and stats["execution_count"] == 1
 
 
 def test_errors_and_sequences_are_never_cached_and_a_reload_invalidates(served):
