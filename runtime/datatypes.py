@@ -144,7 +144,7 @@ def array_from_buffer(datatype: str, shape: Sequence[int], buffer: bytes | memor
             f"unexpected byte size {len(buffer)} for tensor of datatype {datatype} and shape "
             f"{list(shape)}: expected {expected}"
         )
-    return np.frombuffer(buffer, dtype=dtype.newbyteorder("<")).reshape(shape)
+    return np.frombuffer(buffer, dtype=wire_dtype(datatype)).reshape(shape)
 
 
 def _flatten(data: object) -> list:
