@@ -10,9 +10,11 @@ import signal
 import sys
 from pathlib import Path
 
+from bootstrap.check import check_repository, render_json, render_text
 from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, check_load_models, load_settings
 from bootstrap.source import ObjectStoreSource
 from bootstrap.storage import StorageError, is_remote, parse_location
+from bootstrap.sync import SyncError
 from runtime.allocator import tune_allocator
 from runtime.grpc.server import GrpcLimits
 from runtime.http.server import HttpLimits
@@ -21,14 +23,21 @@ from runtime.server import Server, ServerOptions
 logger = logging.getLogger("bootstrap")
 
 
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    """Options every command reads: where settings and the repository are, and how much to log."""
+    parser.add_argument("--config", type=Path, default=None, help="function.yaml (default: ./function.yaml)")
+    parser.add_argument("--model-repository", help="local path, or s3:// / oss:// URL, of the model repository")
+    parser.add_argument("--cache-dir", help="local cache for a repository synced from object storage")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bootstrap", description="Serverless Triton-compatible runtime")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="serve the model repository until SIGINT/SIGTERM")
-    run.add_argument("--config", type=Path, default=None, help="function.yaml (default: ./function.yaml)")
-    run.add_argument("--model-repository", help="local path of the model repository")
+    _add_common(run)
     run.add_argument("--host", help="address to listen on")
-    run.add_argument("--http-port", type=int, help="HTTP port (default 8000)")
+    run.add_argument("--http-port", type=int, help="HTTP port (default $PORT if set, else 8000)")
     run.add_argument("--grpc-port", type=int, help="gRPC port (default 8001)")
     run.add_argument("--metrics-port", type=int, help="Prometheus metrics port (default 8002)")
     run.add_argument("--no-http", action="store_true", help="do not serve HTTP")
@@ -46,11 +55,20 @@ def _parser() -> argparse.ArgumentParser:
                      help="use config.pbtxt as written: no config-less Python models, no auto_complete_config")
     run.add_argument("--shutdown-timeout", type=float,
                      help="seconds SIGTERM waits for in-flight requests and finalize (default 30)")
-    run.add_argument("--cache-dir", help="local cache for a repository synced from object storage")
     run.add_argument("--cache-config", metavar="local,size=BYTES",
                      help="the response cache, as Triton's flag: 'local,size=N' (also function.yaml cache.size_bytes)")
     run.add_argument("--response-cache-byte-size", type=int, metavar="BYTES", help="the response cache's size")
-    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    sync = commands.add_parser("sync", help="download the repository from object storage into the cache, then exit "
+                                            "(to bake the cache into an image, or as an init container)")
+    _add_common(sync)
+    sync.add_argument("--model", metavar="NAME", help="sync only this model")
+    check = commands.add_parser("check", help="load every model as `run` would, serve nothing, report and exit "
+                                              "(0: every model version loads)")
+    _add_common(check)
+    check.add_argument("--device", choices=["auto", "gpu", "cpu"], help="where models load")
+    check.add_argument("--disable-auto-complete-config", action="store_true",
+                       help="use config.pbtxt as written, as `run --disable-auto-complete-config` does")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -118,12 +136,15 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
     return settings
 
 
-async def _serve(settings: FunctionSettings) -> int:
-    source = None
-    if settings.remote:
-        source = ObjectStoreSource(settings.model_repository, settings.storage, settings.cache_path(),
-                                   settings.cold_start_deadline_seconds)
-    options = ServerOptions(
+def _source(settings: FunctionSettings) -> ObjectStoreSource | None:
+    if not settings.remote:
+        return None
+    return ObjectStoreSource(settings.model_repository, settings.storage, settings.cache_path(),
+                             settings.cold_start_deadline_seconds)
+
+
+def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None) -> ServerOptions:
+    return ServerOptions(
         model_repository=settings.repository_path(),
         source=source,
         model_control=settings.model_control,
@@ -157,6 +178,10 @@ async def _serve(settings: FunctionSettings) -> int:
         auth_exempt_health=settings.auth_exempt_health,
         shutdown_timeout=settings.shutdown_timeout_seconds,
     )
+
+
+async def _serve(settings: FunctionSettings) -> int:
+    options = _server_options(settings, _source(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -168,24 +193,65 @@ async def _serve(settings: FunctionSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    # Options a command lacks take `run`'s defaults, so every command reads settings the same way.
+    args = argparse.Namespace(**{**vars(parser.parse_args(["run"])), **vars(args)})
     try:
         settings = _settings(args)
     except SettingsError as exc:
         logger.error("invalid settings: %s", exc)
         return 2
+    if args.command == "sync":
+        return _sync(settings, args.model)
     if not settings.remote and not settings.repository_path().is_dir():
         logger.error("model repository %s is not a folder", settings.repository_path())
         return 2
+    if args.command == "check":
+        return _check(settings, args.json)
     if settings.http_port is None and settings.grpc_port is None:
         logger.error("both HTTP and gRPC are disabled: nothing to serve")
         return 2
     _raise_open_file_limit(settings.max_connections)
     tune_allocator()
     return _run(_serve(settings))
+
+
+def _sync(settings: FunctionSettings, model: str | None) -> int:
+    """``bootstrap sync``: the cold start's download, alone; exit 1 if any model failed to sync."""
+    if not settings.remote:
+        logger.error("model repository %s is a local folder: there is nothing to sync (give an s3:// or oss:// "
+                     "URL in function.yaml or --model-repository)", settings.model_repository)
+        return 2
+    source = ObjectStoreSource(settings.model_repository, settings.storage, settings.cache_path(),
+                               settings.cold_start_deadline_seconds)
+    try:
+        failures = source.refresh(model)
+    except (StorageError, SyncError) as exc:
+        logger.error("sync failed: %s", exc)
+        return 1
+    source.prune()
+    print(f"synced {settings.model_repository} into {source.repository_dir}"
+          f"{f': {len(failures)} model(s) failed' if failures else ''}")
+    for name, reason in sorted(failures.items()):
+        print(f"FAIL {name}: {reason}")
+    return 1 if failures else 0
+
+
+def _check(settings: FunctionSettings, as_json: bool) -> int:
+    """``bootstrap check``: exit 0 when every model version loads, 1 otherwise (the report says why)."""
+    options = _server_options(settings, source=_source(settings))
+    options.model_control = "none"
+    try:
+        rows = _run(check_repository(options))
+    except (StorageError, SyncError) as exc:
+        logger.error("check failed: %s", exc)
+        return 1
+    sys.stdout.write(render_json(rows) if as_json else render_text(rows))
+    return 0 if rows and all(row.ok for row in rows) else 1
 
 
 def _raise_open_file_limit(connections: int) -> None:

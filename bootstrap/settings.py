@@ -13,6 +13,8 @@ from bootstrap.cache import default_cache_dir
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
 
 AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
+# The port a serverless platform (Knative, Cloud Run, Function Compute) tells its container to listen on.
+PLATFORM_PORT_ENV = "PORT"
 
 
 class SettingsError(ValueError):
@@ -97,6 +99,16 @@ def _port(value: Any, key: str) -> int | None:
     return value
 
 
+def _platform_port(default: int | None) -> int | None:
+    """``$PORT`` when the platform sets it (the HTTP port unless function.yaml or a flag says otherwise)."""
+    text = os.environ.get(PLATFORM_PORT_ENV, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not 0 < int(text) <= 65535:
+        raise SettingsError(f"${PLATFORM_PORT_ENV} must be a port number (1-65535), got {text!r}")
+    return int(text)
+
+
 def _positive_int(section: dict, key: str, default: int, where: str) -> int:
     value = section.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -167,7 +179,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
             raise SettingsError(f"model_repository: {exc}") from None
 
     settings.host = str(server.get("host", settings.host))
-    settings.http_port = _port(server.get("http_port", settings.http_port), "server.http_port")
+    settings.http_port = _port(server.get("http_port", _platform_port(settings.http_port)), "server.http_port")
     settings.grpc_port = _port(server.get("grpc_port", settings.grpc_port), "server.grpc_port")
     settings.metrics_port = _port(server.get("metrics_port", settings.metrics_port), "server.metrics_port")
     settings.default_max_queue_size = _positive_int(server, "default_max_queue_size",

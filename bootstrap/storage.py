@@ -108,7 +108,8 @@ class StoredObject:
 
 
 def list_objects(client, location: StorageLocation) -> list[StoredObject]:
-    """Every object under the prefix (folder placeholders skipped)."""
+    """Every object under the prefix; a folder placeholder (a key ending in '/') is kept, its relative key
+    ending in '/': it is how storage holds an empty folder, such as an ensemble's version folder."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     objects: list[StoredObject] = []
@@ -118,7 +119,7 @@ def list_objects(client, location: StorageLocation) -> list[StoredObject]:
             for item in page.get("Contents", []):
                 key = item["Key"]
                 relative = key[len(location.prefix) :]
-                if not relative or (relative.endswith("/") and item.get("Size", 0) == 0):
+                if not relative:
                     continue
                 objects.append(StoredObject(key, relative, int(item["Size"]), item.get("ETag", "").strip('"')))
     except (ClientError, BotoCoreError) as exc:
@@ -127,7 +128,9 @@ def list_objects(client, location: StorageLocation) -> list[StoredObject]:
 
 
 def unsafe_key_reason(relative: str) -> str | None:
-    """Why a relative key must not become a file path, or None if it is safe."""
+    """Why a relative key must not become a file path, or None if it is safe (a folder placeholder's trailing
+    '/' aside)."""
+    relative = relative.removesuffix("/")
     if relative.startswith("/"):
         return "absolute key"
     if "\\" in relative:

@@ -163,9 +163,9 @@ class RepositorySync:
         objects = self._within(deadline, "listing", list_objects, self.client, self.location)
         by_model: dict[str, list[StoredObject]] = defaultdict(list)
         for item in objects:
-            model, separator, _ = item.relative.partition("/")
-            if not separator:
-                continue  # a file beside the model folders (README, ...): not part of any model
+            model, separator, rest = item.relative.partition("/")
+            if not separator or not rest:
+                continue  # a file beside the model folders (README, ...), or a model folder's placeholder
             if not is_model_folder_name(model):
                 logger.warning("refused object key %r: not inside a valid model folder", item.key)
                 continue
@@ -292,6 +292,9 @@ class RepositorySync:
         try:
             for relative, item in chosen:
                 destination = partial / relative
+                if relative.endswith("/"):  # a folder placeholder: a folder that may stay empty (a version's)
+                    destination.mkdir(parents=True, exist_ok=True)
+                    continue
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 if not _inside(destination, partial):
                     raise SyncError(f"refused object key {item.key!r}: escapes the cache")

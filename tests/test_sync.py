@@ -197,3 +197,17 @@ def test_location_parsing_and_key_checks():
     assert unsafe_key_reason("m/1/model.onnx") is None
     assert unsafe_key_reason("/m/1") == "absolute key"
     assert unsafe_key_reason("m/../x") is not None
+    assert unsafe_key_reason("m/1/") is None  # a folder placeholder
+    assert unsafe_key_reason("m/../") is not None
+    assert unsafe_key_reason("m/1//") is not None
+
+
+def test_a_folder_placeholder_makes_an_empty_version_folder(s3, moto_endpoint, bucket, tmp_path):
+    put(s3, bucket, "repo/ensemble/config.pbtxt", 'platform: "ensemble"\n')
+    put(s3, bucket, "repo/ensemble/", "")  # the model folder's own placeholder: ignored
+    put(s3, bucket, "repo/ensemble/1/", "")
+    sync = make_sync(moto_endpoint, bucket, tmp_path / "cache")
+    assert not sync.sync()["ensemble"].error
+    assert (sync.repository_dir / "ensemble" / "1").is_dir()
+    assert files_under(sync.repository_dir / "ensemble") == {"config.pbtxt"}
+    assert make_sync(moto_endpoint, bucket, tmp_path / "cache").sync()["ensemble"].downloaded == 0
