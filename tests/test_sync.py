@@ -203,7 +203,7 @@ def test_location_parsing_and_key_checks():
 
 
 def test_a_folder_placeholder_makes_an_empty_version_folder(s3, moto_endpoint, bucket, tmp_path):
-    put(s3, bucket, "repo/ensemble/config.pbtxt", 'platform: "ensemble"\n')
+    put(s3, bucket, "repo/ensemble/config.pbtxt", VERSION_CONFIG)
     put(s3, bucket, "repo/ensemble/", "")  # the model folder's own placeholder: ignored
     put(s3, bucket, "repo/ensemble/1/", "")
     sync = make_sync(moto_endpoint, bucket, tmp_path / "cache")
