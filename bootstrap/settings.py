@@ -162,7 +162,8 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
                                          "max_concurrency", "connect_timeout_seconds", "read_timeout_seconds",
-                                         "cold_start_deadline_seconds"})
+                                         "cold_start_deadline_seconds", "ranged_threshold_bytes",
+                                         "ranged_part_bytes"})
     control = _section(data, "model_control", {"mode", "poll_interval_seconds", "load_models"})
     response_cache = _section(data, "cache", {"size_bytes"})
 
@@ -223,6 +224,8 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
         max_concurrency=_positive_int(storage, "max_concurrency", 8, "storage"),
         connect_timeout=_seconds(storage, "connect_timeout_seconds", 10.0, "storage", positive=True),
         read_timeout=_seconds(storage, "read_timeout_seconds", 60.0, "storage", positive=True),
+        ranged_threshold_bytes=_positive_int(storage, "ranged_threshold_bytes", 64 << 20, "storage"),
+        ranged_part_bytes=_positive_int(storage, "ranged_part_bytes", 16 << 20, "storage"),
     )
     settings.cold_start_deadline_seconds = _seconds(storage, "cold_start_deadline_seconds", 600.0, "storage",
                                                     positive=True)

@@ -37,6 +37,8 @@ class StorageSettings:
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     max_concurrency: int = 8
+    ranged_threshold_bytes: int = 64 << 20  # files this large download as parallel ranged GETs
+    ranged_part_bytes: int = 16 << 20  # their part size (a multipart upload's own part size when it has one)
 
 
 def is_remote(url: str) -> bool:

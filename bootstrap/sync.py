@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bootstrap.cache import CacheError, ensure_private_dir
+from bootstrap.ranged import RangedDownload, RangedDownloadError, is_plain_md5
 from bootstrap.storage import (
     StorageError,
     StorageLocation,
@@ -54,6 +55,7 @@ from runtime.repository import (
 logger = logging.getLogger(__name__)
 
 GENERATIONS = ".generations"
+STAGING = "downloads"  # large files being downloaded in parts (kept across runs to resume)
 MANIFEST = ".manifest.json"
 _BODY_ATTEMPTS = 3
 _CHUNK = 1 << 20
@@ -137,6 +139,7 @@ class RepositorySync:
         self.cache_dir = Path(cache_dir).resolve()
         self.repository_dir = self.cache_dir / "repository"
         self.generations_dir = self.repository_dir / GENERATIONS
+        self.staging_dir = self.cache_dir / STAGING
         self.deadline_seconds = deadline_seconds
         # No single request may outlast the whole sync's deadline.
         self.client = make_client(location, dataclasses.replace(
@@ -145,6 +148,8 @@ class RepositorySync:
         self._files = DaemonPool(settings.max_concurrency, "sync-file")
         self._models = DaemonPool(4, "sync-model")
         self._calls = DaemonPool(1, "sync-call")
+        self._parts = DaemonPool(settings.max_concurrency, "sync-part")
+        self._staged: set[str] = set()  # staging files this sync used (the others are stale)
 
     # -- public ----------------------------------------------------------------
     def sync(self, only: str | None = None) -> dict[str, ModelSyncReport]:
@@ -157,6 +162,7 @@ class RepositorySync:
             raise SyncError(str(exc)) from None
         self.repository_dir.mkdir(mode=0o700, exist_ok=True)
         self.generations_dir.mkdir(mode=0o700, exist_ok=True)
+        self.staging_dir.mkdir(mode=0o700, exist_ok=True)
         self._drop_partials()
         self._drop_strays()
         deadline = time.monotonic() + self.deadline_seconds
@@ -181,6 +187,7 @@ class RepositorySync:
                 reports[name] = ModelSyncReport(name=name, error=self._late())
         if only is None:
             self._remove_deleted(set(by_model))
+            self._drop_stale_staging()
         for report in reports.values():
             (logger.error if report.error else logger.info)("%s", report.log_line())
         return reports
@@ -328,7 +335,10 @@ class RepositorySync:
             raise
 
     def _download(self, item: StoredObject, destination: Path, deadline: float) -> dict:
-        """Download one object to a temp file beside ``destination``, check it, rename it."""
+        """Download one object to a temp file beside ``destination`` (or in parts, if large), check it,
+        rename it."""
+        if item.size >= self.settings.ranged_threshold_bytes:
+            return self._download_ranged(item, destination, deadline)
         from botocore.exceptions import BotoCoreError, ClientError
 
         last_error = ""
@@ -352,7 +362,7 @@ class RepositorySync:
                     os.fsync(handle.fileno())
                 if written != item.size:
                     raise SyncError(f"{item.key!r}: got {written} bytes, expected {item.size}")
-                if _is_plain_md5(item.etag) and md5.hexdigest() != item.etag:
+                if is_plain_md5(item.etag) and md5.hexdigest() != item.etag:
                     raise SyncError(f"{item.key!r}: content does not match its ETag")
                 os.replace(temp, destination)
                 return {"size": written, "etag": item.etag, "sha256": sha256.hexdigest()}
@@ -370,6 +380,28 @@ class RepositorySync:
                 if temp.exists():
                     temp.unlink()
         raise SyncError(f"cannot download {item.key!r}: {last_error}")
+
+    def _download_ranged(self, item: StoredObject, destination: Path, deadline: float) -> dict:
+        download = RangedDownload(self.client, self.location.bucket, item, self.staging_dir,
+                                  self.settings.ranged_part_bytes, self._parts.submit, deadline, self._late)
+        self._staged.update({download.data_path.name, download.progress.path.name})
+        try:
+            path, record = download.run()
+        except RangedDownloadError as exc:
+            if exc.permanent:
+                download.discard()
+            raise SyncError(str(exc)) from None  # otherwise the parts on disk stay, for the next sync to resume
+        except FutureTimeout:
+            raise SyncError(self._late()) from None
+        os.replace(path, destination)
+        download.discard()
+        return record
+
+    def _drop_stale_staging(self) -> None:
+        """Staged parts of objects this sync did not want (changed or deleted since) are dropped."""
+        for entry in self.staging_dir.iterdir():
+            if entry.name not in self._staged:
+                entry.unlink(missing_ok=True)
 
     # -- cache bookkeeping ---------------------------------------------------------
     def _current_generation(self, name: str) -> Path | None:
@@ -435,10 +467,6 @@ def _holds_exactly(generation: Path, manifest: dict) -> bool:
         if path.is_file() and path.name != MANIFEST and "__pycache__" not in path.parts:
             found[path.relative_to(generation).as_posix()] = path.stat().st_size
     return found == {relative: entry.get("size") for relative, entry in manifest.items()}
-
-
-def _is_plain_md5(etag: str) -> bool:
-    return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag.lower())
 
 
 def _link_or_copy(source: Path, destination: Path) -> None:

@@ -193,13 +193,17 @@ def _unchunk(data: bytes) -> bytes:
 
 class FaultyProxy:
     """A TCP proxy on 127.0.0.1 in front of ``upstream``; with ``cut_after`` set, every connection is
-    reset once it has sent that many bytes back to the client (a download cut midway)."""
+    reset once it has sent that many bytes back to the client (a download cut midway); with ``corrupt_at``,
+    that byte of every connection's answer is flipped; with ``delay``, each 64 KiB sent back waits that long
+    (a slow link)."""
 
     def __init__(self, upstream_port: int) -> None:
         import threading
 
         self.upstream_port = upstream_port
         self.cut_after: int | None = None
+        self.corrupt_at: int | None = None
+        self.delay = 0.0
         self.cuts = 0
         self._server = socket.socket()
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -230,6 +234,12 @@ class FaultyProxy:
                     target.sendall(data[: max(0, self.cut_after - sent)])
                     self.cuts += 1
                     break
+                if downstream and self.corrupt_at is not None and sent <= self.corrupt_at < sent + len(data):
+                    flipped = bytearray(data)
+                    flipped[self.corrupt_at - sent] ^= 0xFF
+                    data = bytes(flipped)
+                if downstream and self.delay:
+                    time.sleep(self.delay)
                 target.sendall(data)
                 sent += len(data)
         except OSError:
