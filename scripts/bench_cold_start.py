@@ -1,0 +1,245 @@
+"""Cold start, measured: syncing a large model from S3, and process start to ready / to first answer.
+
+Prints one line per measurement and a ratio against the baseline measured in the same run:
+
+- sync: a 1 GiB model file from a real S3 endpoint (moto server, its own process) into a cold cache, by our
+  sync (parallel ranged GETs, checked) and by boto3's own ``download_file`` (s3transfer, 10 threads, no
+  checks): ratio = boto3 seconds / ours (target >= 1.0x); then a warm restart's downloaded bytes (target 0).
+- start to ready: ``bootstrap run`` from process start until /v2/health/ready answers 200, for one ONNX model
+  and for one Python model (target <= 0.5 s), the Python model beside real Triton 2.51 when ``ORACLE_HOME``
+  points at a prepared oracle (../shared/triton-oracle; it carries the Python backend only).
+- start to first answer from S3: the ONNX model in a moto bucket, an empty cache: process start until the
+  first inference is answered (target <= 1.5 s).
+
+Usage: ``.venv/bin/python scripts/bench_cold_start.py [--sync-gib 1] [--repeat 3] [--skip-sync]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from examples.build_models import build_add_sub_onnx  # noqa: E402
+from tests.support import IDENTITY_PYTHON_CONFIG, free_port, python_model_source, write_model  # noqa: E402
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+ONNX_CONFIG = """
+    platform: "onnxruntime_onnx"
+    max_batch_size: 8
+    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+"""
+IDENTITY = python_model_source(
+    "return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', pb_utils.get_input_tensor_by_name(r, 'IN')"
+    ".as_numpy())]) for r in requests]")
+
+
+def start_moto(port: int) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               env={**os.environ, **S3_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+            return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("moto server did not start")
+
+
+def s3_client(endpoint: str):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, max_pool_connections=20))
+
+
+def bench_sync(endpoint: str, gib: float, repeat: int, work: Path) -> dict:
+    from boto3.s3.transfer import TransferConfig
+
+    from bootstrap.storage import StorageLocation, StorageSettings
+    from bootstrap.sync import RepositorySync
+
+    client = s3_client(endpoint)
+    client.create_bucket(Bucket="sync-bench")
+    size = int(gib * (1 << 30))
+    source = work / "weights.bin"
+    with open(source, "wb") as handle:
+        block = os.urandom(1 << 24)
+        for _ in range(size // len(block)):
+            handle.write(block)
+    client.put_object(Bucket="sync-bench", Key="repo/big/config.pbtxt", Body=IDENTITY_PYTHON_CONFIG.encode())
+    client.put_object(Bucket="sync-bench", Key="repo/big/1/model.py", Body=IDENTITY.encode())
+    client.upload_file(str(source), "sync-bench", "repo/big/1/weights.bin")  # as `aws s3 cp`: 8 MiB parts
+    source.unlink()
+    ours, theirs, warm_bytes = [], [], None
+    settings = StorageSettings(endpoint_url=endpoint, region="us-east-1", addressing_style="path")
+    for _ in range(repeat):
+        target = work / "boto3.bin"
+        started = time.perf_counter()
+        client.download_file("sync-bench", "repo/big/1/weights.bin", str(target), Config=TransferConfig())
+        theirs.append(time.perf_counter() - started)
+        target.unlink()
+        cache = work / "cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        sync = RepositorySync(StorageLocation("s3", "sync-bench", "repo/"), settings, cache)
+        started = time.perf_counter()
+        report = sync.sync()["big"]
+        ours.append(time.perf_counter() - started)
+        assert not report.error, report.error
+        warm = RepositorySync(StorageLocation("s3", "sync-bench", "repo/"), settings, cache).sync()["big"]
+        warm_bytes = warm.downloaded_bytes
+    shutil.rmtree(work / "cache", ignore_errors=True)
+    best_ours, best_theirs = min(ours), min(theirs)
+    return {"bytes": size, "ours_s": best_ours, "boto3_download_file_s": best_theirs,
+            "ours_MBps": size / best_ours / 1e6, "boto3_MBps": size / best_theirs / 1e6,
+            "ratio": best_theirs / best_ours, "warm_restart_bytes": warm_bytes}
+
+
+def wait_status(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode}")
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.005)
+    raise TimeoutError(url)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def ours_to_ready(repository: Path | str, env: dict | None = None, config: Path | None = None,
+                  first_answer: bool = False) -> float:
+    port = free_port()
+    command = [str(ROOT / ".venv" / "bin" / "bootstrap"), "run", "--model-repository", str(repository), "--host",
+               "127.0.0.1", "--http-port", str(port), "--no-grpc", "--no-metrics"]
+    if config is not None:
+        command += ["--config", str(config)]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir())
+    try:
+        wait_status(f"http://127.0.0.1:{port}/v2/health/ready", process)
+        if first_answer:
+            data = np.ones(16, dtype=np.float32).tolist()
+            body = {"inputs": [{"name": n, "shape": [1, 16], "datatype": "FP32", "data": data}
+                               for n in ("INPUT0", "INPUT1")]}
+            answer = httpx.post(f"http://127.0.0.1:{port}/v2/models/simple/infer", json=body, timeout=10)
+            assert answer.status_code == 200, answer.text
+        return time.perf_counter() - started
+    finally:
+        stop(process)
+
+
+def triton_to_ready(repository: Path, oracle: Path) -> float:
+    site = (oracle / "ready").read_text().strip()
+    port = free_port()
+    command = [str(oracle / "tritonserver" / "bin" / "tritonserver"), f"--model-repository={repository}",
+               f"--backend-directory={oracle / 'tritonserver' / 'backends'}",
+               f"--cache-directory={oracle / 'tritonserver' / 'caches'}", "--http-address=127.0.0.1",
+               f"--http-port={port}", "--allow-grpc=false", "--allow-metrics=false"]
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{site}/nvidia_pytriton.libs", "PYTHONPATH": site,
+           "PATH": f"{oracle / 'venv' / 'bin'}:{os.environ['PATH']}"}
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               cwd=repository.parent)
+    try:
+        wait_status(f"http://127.0.0.1:{port}/v2/health/ready", process)
+        return time.perf_counter() - started
+    finally:
+        stop(process)
+
+
+def median_of(repeat: int, measure) -> float:
+    return statistics.median(measure() for _ in range(repeat))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sync-gib", type=float, default=1.0, help="size of the synced model file")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip-sync", action="store_true")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench_cold_start.json")
+    args = parser.parse_args()
+    os.environ.update(S3_ENV)
+    oracle = Path(os.environ["ORACLE_HOME"]) if os.environ.get("ORACLE_HOME") else None
+    if oracle is not None and not (oracle / "ready").is_file():
+        oracle = None
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        moto_port = free_port()
+        moto = start_moto(moto_port)
+        endpoint = f"http://127.0.0.1:{moto_port}"
+        try:
+            if not args.skip_sync:
+                results["sync"] = sync = bench_sync(endpoint, args.sync_gib, args.repeat, work)
+                print(f"sync {sync['bytes'] / (1 << 30):.2f} GiB from moto: ours {sync['ours_s']:.2f} s "
+                      f"({sync['ours_MBps']:.0f} MB/s), boto3 download_file {sync['boto3_download_file_s']:.2f} s "
+                      f"({sync['boto3_MBps']:.0f} MB/s): {sync['ratio']:.2f}x (target >= 1.0x); warm restart "
+                      f"downloaded {sync['warm_restart_bytes']} bytes (target 0)")
+            onnx_repo, python_repo = work / "onnx" / "models", work / "python" / "models"
+            build_add_sub_onnx(onnx_repo / "simple" / "1" / "model.onnx", datatype="FP32")
+            write_model(onnx_repo, "simple", ONNX_CONFIG)
+            write_model(python_repo, "identity", IDENTITY_PYTHON_CONFIG, {"1/model.py": IDENTITY})
+            for label, repository in (("onnx", onnx_repo), ("python", python_repo)):
+                ours = median_of(args.repeat, lambda r=repository: ours_to_ready(r))
+                line = f"start to ready, one {label} model: ours {ours:.2f} s (target <= 0.5 s)"
+                results[f"ready_{label}"] = {"ours_s": ours}
+                if oracle is not None and label == "python":  # the oracle's Triton has the Python backend only
+                    triton = median_of(args.repeat, lambda r=repository: triton_to_ready(r, oracle))
+                    results[f"ready_{label}"]["triton_s"] = triton
+                    line += f", Triton {triton:.2f} s: ours/Triton time {ours / triton:.2f}x"
+                print(line)
+            client = s3_client(endpoint)
+            client.create_bucket(Bucket="cold-start")
+            for path in sorted(onnx_repo.rglob("*")):
+                if path.is_file():
+                    client.upload_file(str(path), "cold-start", "repo/" + path.relative_to(onnx_repo).as_posix())
+            config = work / "function.yaml"
+
+            def from_s3() -> float:
+                cache = work / f"cache-{time.monotonic_ns()}"
+                config.write_text(f"cache_dir: {cache}\nstorage: {{endpoint_url: '{endpoint}', region: us-east-1, "
+                                  "addressing_style: path}\n")
+                return ours_to_ready("s3://cold-start/repo", S3_ENV, config, first_answer=True)
+
+            first = median_of(args.repeat, from_s3)
+            results["first_answer_from_s3"] = {"ours_s": first}
+            print(f"start to first answer, one onnx model from S3 (moto), cold cache: ours {first:.2f} s "
+                  "(target <= 1.5 s)")
+        finally:
+            stop(moto)
+    args.output.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
