@@ -41,8 +41,10 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_D
 ONNX_CONFIG = """
     platform: "onnxruntime_onnx"
     max_batch_size: 8
-    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+            { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+             { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
 """
 IDENTITY = python_model_source(
     "return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', pb_utils.get_input_tensor_by_name(r, 'IN')"

@@ -152,6 +152,21 @@ def http_client(server: ServerProcess):
     client.close()
 
 
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The project's wheel, built from the checkout (what images install)."""
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)], check=True,
+                   cwd=dist)
+    (built,) = dist.glob("serverless_triton-*.whl")
+    return built
+
+
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 

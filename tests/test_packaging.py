@@ -7,11 +7,9 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
@@ -19,15 +17,6 @@ from examples.build_models import EXAMPLE_REPOSITORY, build_example_models
 from tests.support import ROOT, ServerProcess
 
 PACKAGES = ("runtime", "handlers", "bootstrap")
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)], check=True,
-                   cwd=dist)
-    (built,) = dist.glob("serverless_triton-*.whl")
-    return built
 
 
 def test_the_wheel_holds_every_module_of_the_source_tree(wheel):

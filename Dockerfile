@@ -1,0 +1,52 @@
+# syntax=docker/dockerfile:1
+# The runtime as a container function. CPU image (default) or GPU image:
+#   docker build -t serverless-triton:cpu .
+#   docker build -t serverless-triton:gpu --build-arg FLAVOR=gpu .
+#   docker run -p 8000-8002:8000-8002 -v $PWD/examples/model_repository:/models:ro serverless-triton:cpu
+# The install step is scripts/install.sh, which CI runs in a fresh venv (tests/test_container.py).
+# Shared memory: the Python backend passes tensors through memfd (no /dev/shm needed); clients using the system
+# shared-memory extension must share /dev/shm with the server (docker run --ipc=host, or a shared emptyDir).
+ARG FLAVOR=cpu
+
+# -- the wheel, built from the source tree (what the image installs: no source checkout in the image) ------------
+FROM python:3.11-slim-bookworm AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md triton_python_backend_utils.py ./
+COPY runtime runtime
+COPY handlers handlers
+COPY bootstrap bootstrap
+RUN python -m pip wheel --no-cache-dir --no-deps -w /wheels .
+
+# -- bases: Python for CPU hosts; CUDA + cuDNN runtime for GPU hosts ------------------------------------------------
+FROM python:3.11-slim-bookworm AS base-cpu
+ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+
+FROM nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04 AS base-gpu
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+
+# -- the image -----------------------------------------------------------------------------------------------------
+FROM base-${FLAVOR}
+ARG FLAVOR
+COPY scripts/install.sh /opt/serverless-triton/install.sh
+COPY --from=wheel /wheels /wheels
+RUN PIP_NO_CACHE_DIR=1 /opt/serverless-triton/install.sh /opt/venv "${FLAVOR}" /wheels/serverless_triton-*.whl \
+    && rm -rf /wheels
+RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin triton \
+    && mkdir -p /models && chown triton /models
+USER 10001
+WORKDIR /home/triton
+ENV PATH=/opt/venv/bin:$PATH \
+    XDG_CACHE_HOME=/home/triton/.cache \
+    PYTHONUNBUFFERED=1
+# HTTP (also $PORT when a platform sets it), gRPC, Prometheus metrics
+EXPOSE 8000 8001 8002
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/v2/health/ready' % os.environ.get('PORT', '8000'), timeout=2)"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["bootstrap", "run"]
+# A mounted or synced repository; for object storage: --model-repository s3://bucket/prefix (or function.yaml)
+CMD ["--model-repository", "/models"]

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install the runtime into a fresh virtual environment: the container image's install step (see Dockerfile),
+# run as-is by a CI test, so the image recipe is tested where no container engine runs.
+#
+#   scripts/install.sh VENV FLAVOR SOURCE
+#     VENV    where the virtual environment goes (created; must not exist yet)
+#     FLAVOR  cpu: ONNX Runtime + a CPU build of torch     gpu: onnxruntime-gpu + nvidia-ml-py + a CUDA build of torch
+#     SOURCE  the project's wheel file (what the image installs) or its source folder
+#   Environment: PYTHON (default python3); TORCH_INDEX_URL, where torch comes from (the image sets PyTorch's
+#   cpu or cu126 index; unset, pip's own configuration decides); PIP_NO_CACHE_DIR as pip reads it.
+set -euo pipefail
+VENV=${1:?usage: install.sh VENV cpu|gpu SOURCE}
+FLAVOR=${2:?usage: install.sh VENV cpu|gpu SOURCE}
+SOURCE=${3:?usage: install.sh VENV cpu|gpu SOURCE}
+TORCH_VERSION=2.13.0
+case "$FLAVOR" in
+  cpu) EXTRAS=onnx ;;
+  gpu) EXTRAS=gpu ;;
+  *) echo "install.sh: FLAVOR must be cpu or gpu, not '$FLAVOR'" >&2; exit 2 ;;
+esac
+if [ -e "$VENV" ]; then
+  echo "install.sh: $VENV already exists" >&2; exit 2
+fi
+"${PYTHON:-python3}" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+torch_args=("torch==$TORCH_VERSION")
+if [ -n "${TORCH_INDEX_URL:-}" ]; then
+  torch_args+=(--index-url "$TORCH_INDEX_URL")
+fi
+"$VENV/bin/python" -m pip install -q "${torch_args[@]}"
+"$VENV/bin/python" -m pip install -q "$SOURCE[$EXTRAS]"
+# Fail the build, not the first cold start, if the install cannot serve.
+"$VENV/bin/bootstrap" --help >/dev/null
+"$VENV/bin/python" -c "import onnxruntime, torch, runtime.grpc, handlers.python.worker"
+echo "installed serverless-triton ($FLAVOR) into $VENV"
