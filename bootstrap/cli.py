@@ -62,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
                                             "(to bake the cache into an image, or as an init container)")
     _add_common(sync)
     sync.add_argument("--model", metavar="NAME", help="sync only this model")
+    sync.add_argument("source", nargs="?", help="the repository's s3:// or oss:// URL (as --model-repository)")
+    sync.add_argument("destination", nargs="?",
+                      help="the cache folder (as --cache-dir); the repository lands in <destination>/repository. "
+                           "`bootstrap sync SOURCE DESTINATION` is KServe's storage-initializer contract")
     check = commands.add_parser("check", help="load every model as `run` would, serve nothing, report and exit "
                                               "(0: every model version loads)")
     _add_common(check)
@@ -200,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Options a command lacks take `run`'s defaults, so every command reads settings the same way.
     args = argparse.Namespace(**{**vars(parser.parse_args(["run"])), **vars(args)})
+    if args.command == "sync":
+        args.model_repository = args.source or args.model_repository
+        args.cache_dir = args.destination or args.cache_dir
     try:
         settings = _settings(args)
     except SettingsError as exc:

@@ -99,6 +99,11 @@ def _port(value: Any, key: str) -> int | None:
     return value
 
 
+def _environment_region() -> str | None:
+    """The region the AWS tools read from the environment (how containers are told; oss:// needs one)."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
 def _platform_port(default: int | None) -> int | None:
     """``$PORT`` when the platform sets it (the HTTP port unless function.yaml or a flag says otherwise)."""
     text = os.environ.get(PLATFORM_PORT_ENV, "").strip()
@@ -218,7 +223,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
 
     settings.storage = StorageSettings(
         endpoint_url=_optional_str(storage, "endpoint_url", "storage"),
-        region=_optional_str(storage, "region", "storage"),
+        region=_optional_str(storage, "region", "storage") or _environment_region(),
         addressing_style=_choice(storage, "addressing_style", "auto", ("auto", "path", "virtual"), "storage"),
         max_attempts=_positive_int(storage, "max_attempts", 5, "storage"),
         max_concurrency=_positive_int(storage, "max_concurrency", 8, "storage"),

@@ -172,3 +172,27 @@ def test_a_server_started_with_only_port_set_serves_http_there(tmp_path):
     finally:
         assert process.stop() == 0
     assert f"HTTP endpoint on 127.0.0.1:{port}" in process.log()
+
+
+def test_sync_as_kserve_storage_initializer_then_serve_the_destination(s3, moto_endpoint, bucket, tmp_path):
+    """KServe runs the initializer as `<command> <storageUri> /mnt/models`; the model server then reads
+    /mnt/models/repository (deploy/kserve)."""
+    upload(s3, bucket, good_repository(tmp_path / "models"))
+    destination = tmp_path / "mnt-models"
+    env = {**S3_ENV, "AWS_ENDPOINT_URL": moto_endpoint}  # the endpoint, as the AWS tools read it from the env
+    config = tmp_path / "function.yaml"
+    config.write_text("storage: {addressing_style: path}\n")
+    result = bootstrap("sync", "--config", str(config), f"s3://{bucket}/repo", str(destination), env=env,
+                       cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    check = bootstrap("check", "--model-repository", str(destination / "repository"), "--device", "cpu",
+                      cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.splitlines()[-1] == "3 model(s), 3 version(s) ready, 0 failed"
+
+
+def test_the_region_comes_from_the_environment_when_not_configured(tmp_path, monkeypatch):
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.setenv("AWS_REGION", "cn-hangzhou")
+    assert parse_settings({}, tmp_path).storage.region == "cn-hangzhou"
+    assert parse_settings({"storage": {"region": "us-west-2"}}, tmp_path).storage.region == "us-west-2"
