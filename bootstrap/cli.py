@@ -1,4 +1,9 @@
-"""``bootstrap run``: the function's entry point."""
+"""``bootstrap run | sync | check``: the function's entry point.
+
+Only what parsing arguments and settings needs is imported at the top: each command imports its own stack when
+it runs, and a Python-backend worker process (which imports this module as its parent's ``__main__``) pays for
+none of it.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bootstrap.check import check_repository, render_json, render_text
 from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, check_load_models, load_settings
-from bootstrap.source import ObjectStoreSource
 from bootstrap.storage import StorageError, is_remote, parse_location
-from bootstrap.sync import SyncError
-from runtime.allocator import tune_allocator
-from runtime.grpc.server import GrpcLimits
-from runtime.http.server import HttpLimits
-from runtime.server import Server, ServerOptions
+
+if TYPE_CHECKING:
+    from bootstrap.source import ObjectStoreSource
+    from runtime.server import ServerOptions
 
 logger = logging.getLogger("bootstrap")
 
@@ -143,11 +146,17 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
 def _source(settings: FunctionSettings) -> ObjectStoreSource | None:
     if not settings.remote:
         return None
+    from bootstrap.source import ObjectStoreSource
+
     return ObjectStoreSource(settings.model_repository, settings.storage, settings.cache_path(),
                              settings.cold_start_deadline_seconds)
 
 
 def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None) -> ServerOptions:
+    from runtime.grpc.server import GrpcLimits
+    from runtime.http.server import HttpLimits
+    from runtime.server import ServerOptions
+
     return ServerOptions(
         model_repository=settings.repository_path(),
         source=source,
@@ -185,6 +194,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
 
 
 async def _serve(settings: FunctionSettings) -> int:
+    from runtime.server import Server
+
     options = _server_options(settings, _source(settings))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -223,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("both HTTP and gRPC are disabled: nothing to serve")
         return 2
     _raise_open_file_limit(settings.max_connections)
+    from runtime.allocator import tune_allocator
+
     tune_allocator()
     return _run(_serve(settings))
 
@@ -233,8 +246,9 @@ def _sync(settings: FunctionSettings, model: str | None) -> int:
         logger.error("model repository %s is a local folder: there is nothing to sync (give an s3:// or oss:// "
                      "URL in function.yaml or --model-repository)", settings.model_repository)
         return 2
-    source = ObjectStoreSource(settings.model_repository, settings.storage, settings.cache_path(),
-                               settings.cold_start_deadline_seconds)
+    from bootstrap.sync import SyncError
+
+    source = _source(settings)
     try:
         failures = source.refresh(model)
     except (StorageError, SyncError) as exc:
@@ -250,6 +264,9 @@ def _sync(settings: FunctionSettings, model: str | None) -> int:
 
 def _check(settings: FunctionSettings, as_json: bool) -> int:
     """``bootstrap check``: exit 0 when every model version loads, 1 otherwise (the report says why)."""
+    from bootstrap.check import check_repository, render_json, render_text
+    from bootstrap.sync import SyncError
+
     options = _server_options(settings, source=_source(settings))
     options.model_control = "none"
     try:

@@ -1,8 +1,15 @@
-"""Per-backend model handlers, selected by the config's platform/backend."""
+"""Per-backend model handlers, selected by the config's platform/backend.
+
+Nothing is imported here beyond what is asked for: a Python-backend worker process imports
+``handlers.python.worker`` and must not pay for the server side (protocol stubs, ONNX Runtime, torch).
+"""
 
 from __future__ import annotations
 
-from handlers.base import HandlerContext, ModelHandler, RequestResult, TensorHandler
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from handlers.base import ModelHandler
 
 
 def handler_class(handler_name: str) -> type[ModelHandler]:
@@ -16,10 +23,7 @@ def handler_class(handler_name: str) -> type[ModelHandler]:
 
         return TorchScriptHandler
     if handler_name == "python":
-        from handlers.python import PythonBackendHandler
+        from handlers.python.backend import PythonBackendHandler
 
         return PythonBackendHandler
     raise ValueError(f"no handler named '{handler_name}'")
-
-
-__all__ = ["HandlerContext", "ModelHandler", "RequestResult", "TensorHandler", "handler_class"]

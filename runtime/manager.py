@@ -10,8 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from handlers import HandlerContext
-from handlers.base import ServerServices
+from handlers.base import HandlerContext, ServerServices
 from runtime.config import ENSEMBLE, ModelSpec, parse_model_config_json
 from runtime.ensemble import EnsembleVersion, check_composing_models
 from runtime.ensemble_config import composing_models, load_order

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from handlers import HandlerContext, ModelHandler, handler_class
+from handlers import handler_class
+from handlers.base import HandlerContext, ModelHandler
 from runtime.classification import load_labels
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable

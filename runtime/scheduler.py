@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from handlers import ModelHandler, RequestResult, TensorHandler
-from handlers.base import RESCHEDULE, ExecutionTiming
+from handlers.base import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
 from runtime.config import ModelSpec
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
 from runtime.stats import ModelStatistics
@@ -63,6 +62,8 @@ class Scheduler:
         stats: ModelStatistics,
         default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         batch_always: bool = False,  # batch what is queued even without dynamic_batching (sequence batching)
+        max_delay: float | None = None,  # the sequence batcher's own wait and preferred sizes (not dynamic_batching's)
+        preferred_sizes: tuple[int, ...] | None = None,
     ) -> None:
         self.spec = spec
         self.executor = executor
@@ -71,9 +72,13 @@ class Scheduler:
         self.batching = (batching is not None or batch_always) and spec.max_batch_size > 0
         self.concatenate = self.batching and all(isinstance(i, TensorHandler) for i in instances)
         self.max_batch = spec.max_batch_size if self.batching else 0
-        preferred = [p for p in (batching.preferred_batch_sizes if batching else ()) if 0 < p <= self.max_batch]
+        if preferred_sizes is None:
+            preferred_sizes = tuple(batching.preferred_batch_sizes) if batching else ()
+        preferred = [p for p in preferred_sizes if 0 < p <= self.max_batch]
         self.target_batch = max(preferred) if preferred else self.max_batch
-        self.max_delay = (batching.max_queue_delay_microseconds / 1e6) if batching else 0.0
+        if max_delay is None:
+            max_delay = (batching.max_queue_delay_microseconds / 1e6) if batching else 0.0
+        self.max_delay = max_delay
         policy = batching.queue_policy if batching else None
         self.max_queue = (policy.max_queue_size if policy and policy.max_queue_size > 0 else default_max_queue_size)
         self.default_timeout = (policy.default_timeout_microseconds / 1e6) if policy else 0.0

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from handlers import ModelHandler
+from handlers.base import ModelHandler
 from runtime.datatypes import numpy_dtype
 from runtime.errors import InvalidArgument
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
@@ -50,7 +50,9 @@ class SequenceScheduler:
                  stats: ModelStatistics, default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE) -> None:
         self.spec = spec
         self.sequence: SequenceSpec = spec.sequence
-        self._schedulers = [Scheduler(spec, [instance], executor, stats, default_max_queue_size, batch_always=True)
+        self._schedulers = [Scheduler(spec, [instance], executor, stats, default_max_queue_size, batch_always=True,
+                                      max_delay=self.sequence.max_queue_delay_seconds,
+                                      preferred_sizes=self.sequence.preferred_batch_sizes)
                             for instance in instances]
         per_instance = self.sequence.max_candidates or max(1, spec.max_batch_size)
         self._capacity = [per_instance] * len(instances)

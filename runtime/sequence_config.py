@@ -43,6 +43,8 @@ class SequenceSpec:
     controls: tuple[ControlInput, ...]
     max_candidates: int = 0  # oldest: sequences an instance holds at once (0: max_batch_size)
     states: tuple[StateSpec, ...] = ()
+    max_queue_delay_seconds: float = 0.0  # how long a batch may wait to fill (either strategy)
+    preferred_batch_sizes: tuple[int, ...] = ()  # oldest: batch sizes worth waiting for
 
 
 def sequence_spec(config: Any, model: str) -> SequenceSpec | None:
@@ -74,8 +76,12 @@ def sequence_spec(config: Any, model: str) -> SequenceSpec | None:
                 raise ModelLoadError(f"model '{model}': control '{control_input.name}' has no false/true values")
     idle = batching.max_sequence_idle_microseconds / 1e6 or DEFAULT_IDLE_SECONDS
     candidates = batching.oldest.max_candidate_sequences if strategy == "oldest" else 0
+    chosen = batching.oldest if strategy == "oldest" else batching.direct
+    preferred = tuple(int(size) for size in batching.oldest.preferred_batch_size) if strategy == "oldest" else ()
     return SequenceSpec(strategy=strategy, idle_seconds=idle, controls=tuple(controls), max_candidates=candidates,
-                        states=tuple(_state(state, model) for state in batching.state))
+                        states=tuple(_state(state, model) for state in batching.state),
+                        max_queue_delay_seconds=chosen.max_queue_delay_microseconds / 1e6,
+                        preferred_batch_sizes=preferred)
 
 
 def _state(state: Any, model: str) -> StateSpec:

@@ -212,7 +212,8 @@ def test_three_replicas_behind_nginx_sync_one_bucket_roll_a_version_and_survive_
             wait_until(lambda: traffic.answered > answered + 100)
         held_at_most = 6  # one request per client thread can be in flight on the killed replica
         assert len(traffic.failures) <= held_at_most, traffic.failures
-        print(f"replica killed under load: {len(traffic.failures)} failed of {traffic.answered + len(traffic.failures)}")
+        total = traffic.answered + len(traffic.failures)
+        print(f"replica killed under load: {len(traffic.failures)} failed of {total}")
     finally:
         if balancer is not None:
             balancer.terminate()

@@ -286,3 +286,28 @@ def test_implicit_state_is_carried_per_sequence_and_reset_at_start(tmp_path, bac
             tensor.set_data_from_numpy(np.array([[1]], np.int32))
             client.infer("stateful", [tensor], sequence_id=1,
                          outputs=[httpclient.InferRequestedOutput("STATE_OUT")])
+
+
+def test_the_sequence_batchers_own_queue_delay_and_preferred_sizes_drive_its_batching():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from runtime.config import parse_model_config
+    from runtime.scheduler import Scheduler
+    from runtime.stats import ModelStatistics
+
+    base = """backend: "python"
+        max_batch_size: 8
+        input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    """
+    oldest = parse_model_config(base + """sequence_batching { oldest { max_candidate_sequences: 4
+        preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 5000 } }""", "m")
+    direct = parse_model_config(base + "sequence_batching { direct { max_queue_delay_microseconds: 700 } }", "m")
+    assert (oldest.sequence.max_candidates, oldest.sequence.preferred_batch_sizes,
+            oldest.sequence.max_queue_delay_seconds) == (4, (2, 4), 0.005)
+    assert (direct.sequence.preferred_batch_sizes, direct.sequence.max_queue_delay_seconds) == ((), 0.0007)
+    with ThreadPoolExecutor(1) as executor:
+        scheduler = Scheduler(oldest, [], executor, ModelStatistics(), batch_always=True,
+                              max_delay=oldest.sequence.max_queue_delay_seconds,
+                              preferred_sizes=oldest.sequence.preferred_batch_sizes)
+        assert (scheduler.max_batch, scheduler.target_batch, scheduler.max_delay) == (8, 4, 0.005)

@@ -1,5 +1,2 @@
-"""Triton's Python backend: the server-side handler, the worker process, the model runner."""
-
-from handlers.python.backend import PythonBackendHandler
-
-__all__ = ["PythonBackendHandler"]
+"""Triton's Python backend: the server-side handler (backend.py), the worker process (worker.py), the model
+runner (runner.py). Empty on purpose: a worker process imports only its own side."""
