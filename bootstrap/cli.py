@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if not settings.remote and not settings.repository_path().is_dir():
         logger.error("model repository %s is not a folder", settings.repository_path())
         return 2
+    _start_worker_template(settings)
     if args.command == "check":
         return _check(settings, args.json)
     if settings.http_port is None and settings.grpc_port is None:
@@ -238,6 +239,15 @@ def main(argv: list[str] | None = None) -> int:
 
     tune_allocator()
     return _run(_serve(settings))
+
+
+def _start_worker_template(settings: FunctionSettings) -> None:
+    """Start the Python workers' template process now, in parallel with the server's own imports, when the
+    repository may hold Python models (any object-storage repository; a local one with a model.py)."""
+    if settings.remote or any(settings.repository_path().glob("*/[0-9]*/model.py")):
+        from handlers.python.template import start_template
+
+        start_template()
 
 
 def _sync(settings: FunctionSettings, model: str | None) -> int:

@@ -15,8 +15,6 @@ from pathlib import Path
 from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from handlers.python.link import run_auto_complete
-from handlers.python.runner import RunnerSpec
 from runtime.config import config_to_json_dict
 from runtime.errors import ModelLoadError
 from runtime.repository import PYTHON_MODEL_FILE, is_version_folder_name
@@ -63,6 +61,9 @@ def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
         return config  # loading reports it
     if not defines_auto_complete(source):
         return config
+    from handlers.python.link import run_auto_complete  # the worker side, only when a model needs it
+    from handlers.python.runner import RunnerSpec
+
     spec = RunnerSpec(model_name=model_dir.name, version=int(path.parent.name), instance_index=0,
                       model_path=str(path), version_dir=str(path.parent), args={})
     written = config_to_json_dict(config)

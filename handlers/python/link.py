@@ -6,13 +6,13 @@ metrics, model control) to the handler.
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 import threading
 from concurrent.futures import Future
 from typing import Any, Protocol
 
 from handlers.python.runner import RunnerSpec
+from handlers.python.template import worker_context
 from handlers.python.transport import Arena, PeerMemory, TensorRef
 from handlers.python.worker import auto_complete_main, worker_main
 from runtime.errors import ModelLoadError
@@ -37,7 +37,7 @@ class WorkerLink:
     """Spawns a worker for ``spec`` and talks to it."""
 
     def __init__(self, spec: RunnerSpec, events: LinkEvents, arena_bytes: int, growth_bytes: int) -> None:
-        context = multiprocessing.get_context("spawn")
+        context = worker_context()
         self.connection, child = context.Pipe()
         self.process = context.Process(target=worker_main, args=(child, spec, os.getpid()), daemon=True,
                                        name=f"triton-python-{spec.model_name}")
@@ -212,7 +212,7 @@ class WorkerLink:
 
 def run_auto_complete(spec: RunnerSpec, config: dict, timeout: float) -> dict:
     """``auto_complete_config`` in a short-lived process of its own; the completed config."""
-    context = multiprocessing.get_context("spawn")
+    context = worker_context()
     connection, child = context.Pipe()
     process = context.Process(target=auto_complete_main, args=(child, spec, config), daemon=True,
                               name=f"triton-autocomplete-{spec.model_name}")

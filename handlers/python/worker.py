@@ -177,11 +177,20 @@ class WorkerHost:
         return payload[1] if isinstance(payload, tuple) else payload
 
 
-def _exit_when_orphaned(parent_pid: int) -> None:
+def _exit_when_orphaned(server_pid: int) -> None:
+    """Exit once the server is gone: this process was re-parented (its parent, the server or the template
+    process forked for it, ended), or the server's pid is gone."""
+    parent = os.getppid()
     while True:
         time.sleep(_PARENT_CHECK_SECONDS)
-        if os.getppid() != parent_pid:
+        if os.getppid() != parent:
             os._exit(0)
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass  # a pid reused by another user's process: the re-parenting check still holds
 
 
 def _read(host: WorkerHost, work: queue.SimpleQueue) -> None:
