@@ -11,6 +11,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -223,8 +224,21 @@ def poll_pair(tmp_path):
             shutil.rmtree(folder)
     servers = start_pair(repository, tmp_path, ("--model-control-mode=poll", "--repository-poll-secs=1"),
                          ("--model-control-mode", "poll", "--poll-interval", "1"))
+    _wait_for_tritons_first_poll(servers.triton_process.log_path)
     yield servers
     servers.stop()
+
+
+def _wait_for_tritons_first_poll(log: Path, timeout: float = 30.0) -> None:
+    """Triton 2.51 reloads every model at its first poll, right after it starts; a model folder removed while that
+    reload runs leaves its model lifecycle stuck (the stub finds no model.py and the load never ends). The steps
+    change the repository only once that reload is done: each model loaded twice."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if all(text.count(f"successfully loaded '{name}'") >= 2 for name in POLLED_MODELS):
+            return
+        time.sleep(0.2)
 
 
 def test_explicit_model_control(explicit_pair):
