@@ -42,7 +42,7 @@ from bootstrap.storage import (
     make_client,
     unsafe_key_reason,
 )
-from runtime.config import parse_model_config
+from runtime.config import version_policy_of
 from runtime.errors import ModelLoadError
 from runtime.repository import (
     CONFIG_FILE,
@@ -246,9 +246,9 @@ class RepositorySync:
                 config_text = config_bytes.decode("utf-8")
             except UnicodeDecodeError:
                 raise SyncError(f"{CONFIG_FILE} is not UTF-8") from None
-        spec = parse_model_config(config_text, name)
+        policy = version_policy_of(config_text, name)
         versions = sorted({int(r.split("/")[0]) for r in files if "/" in r and is_version_folder_name(r.split("/")[0])})
-        selected = set(spec.version_policy.select(versions))
+        selected = set(policy.select(versions))
         if not selected:
             raise SyncError(f"no version in storage matches its version_policy (in storage: {versions or 'none'})")
         chosen = [

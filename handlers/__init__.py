@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def handler_class(handler_name: str) -> type[ModelHandler]:
-    """The handler class for ``onnxruntime``, ``pytorch`` or ``python`` (imported lazily)."""
+    """The handler class for ``onnxruntime``, ``pytorch``, ``openvino`` or ``python`` (imported lazily)."""
     if handler_name == "onnxruntime":
         from handlers.onnx import OnnxRuntimeHandler
 
@@ -22,6 +22,10 @@ def handler_class(handler_name: str) -> type[ModelHandler]:
         from handlers.torchscript import TorchScriptHandler
 
         return TorchScriptHandler
+    if handler_name == "openvino":
+        from handlers.openvino import OpenVinoHandler
+
+        return OpenVinoHandler
     if handler_name == "python":
         from handlers.python.backend import PythonBackendHandler
 

@@ -1,4 +1,5 @@
-"""ONNX Runtime handler: CUDA execution provider when present, CPU otherwise."""
+"""ONNX Runtime handler: CUDA execution provider when present (TensorRT or OpenVINO when the config asks for
+them: handlers/onnx_options.py), CPU otherwise."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from handlers.base import HandlerContext, TensorHandler, require_module
+from handlers.onnx_options import session_plan
 from runtime.datatypes import as_bytes_array
 from runtime.errors import InternalError, ModelLoadError
 
@@ -88,33 +90,23 @@ class OnnxRuntimeHandler(TensorHandler):
         self.session = None
         self._output_names: list[str] = []
         self._string_inputs: set[str] = set()
+        self._run_options = None
 
     def load(self) -> None:
         ort = require_module("onnxruntime", "onnx", "onnxruntime")
 
         path = self.context.require_model_file()
         check_external_data(path)
-        available = ort.get_available_providers()
-        providers = ["CPUExecutionProvider"]
-        if self.context.gpu_allowed and "CUDAExecutionProvider" in available:
-            providers = [
-                ("CUDAExecutionProvider", {"device_id": self.context.device_id}),
-                "CPUExecutionProvider",
-            ]
-        options = ort.SessionOptions()
-        params = self.spec.parameters
-        if params.get("intra_op_thread_count", "").isdigit():
-            options.intra_op_num_threads = int(params["intra_op_thread_count"])
-        if params.get("inter_op_thread_count", "").isdigit():
-            options.inter_op_num_threads = int(params["inter_op_thread_count"])
-        # Spinning intra-op threads burn the cores the event loop and other instances need.
-        spinning = "1" if params.get("allow_spinning", "0") == "1" else "0"
-        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
-        options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+        plan = session_plan(ort, self.spec.proto, self.spec.parameters, self.context.gpu_allowed,
+                            self.context.device_id)
         try:
-            self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+            self.session = ort.InferenceSession(str(path), sess_options=plan.options, providers=plan.providers)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types
             raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
+        if plan.run_entries:
+            self._run_options = ort.RunOptions()
+            for key, value in plan.run_entries.items():
+                self._run_options.add_run_config_entry(key, value)
         used = self.session.get_providers()
         self.device = f"cuda:{self.context.device_id}" if "CUDAExecutionProvider" in used else "cpu"
         self._check_against_config()
@@ -169,7 +161,7 @@ class OnnxRuntimeHandler(TensorHandler):
 
     def infer(self, feeds: dict[str, np.ndarray]) -> list:
         try:
-            return self.session.run(self._output_names, feeds)
+            return self.session.run(self._output_names, feeds, self._run_options)
         except Exception as exc:  # noqa: BLE001
             raise InternalError(f"onnxruntime execution failed: {exc}") from None
 

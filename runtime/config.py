@@ -29,9 +29,10 @@ _HANDLER_BY_PLATFORM = {
     "ensemble": "ensemble",
 }
 ENSEMBLE = "ensemble"
-_HANDLER_BY_BACKEND = {"onnxruntime": "onnxruntime", "pytorch": "pytorch", "python": "python"}
-_PLATFORM_BY_HANDLER = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "python": ""}
-DEFAULT_MODEL_FILENAMES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "python": "model.py"}
+_HANDLER_BY_BACKEND = {"onnxruntime": "onnxruntime", "pytorch": "pytorch", "python": "python", "openvino": "openvino"}
+_PLATFORM_BY_HANDLER = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "python": "", "openvino": ""}
+DEFAULT_MODEL_FILENAMES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "python": "model.py",
+                           "openvino": "model.xml"}
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,12 @@ def _tensor_spec(message, kind: str, model: str) -> TensorSpec:
     )
 
 
+def version_policy_of(text: str, folder_name: str) -> VersionPolicy:
+    """Only the version policy of a config's text (what a sync needs to choose versions); ModelLoadError if the
+    text does not parse. The rest is checked when the model loads."""
+    return _version_policy(read_model_config(text, folder_name))
+
+
 def _version_policy(config: ModelConfig) -> VersionPolicy:
     which = config.version_policy.WhichOneof("policy_choice")
     if which == "all":
@@ -198,7 +205,9 @@ def _handler_name(config: ModelConfig, model: str) -> str:
     by_platform = _HANDLER_BY_PLATFORM.get(config.platform) if config.platform else None
     by_backend = _HANDLER_BY_BACKEND.get(config.backend) if config.backend else None
     if config.platform and by_platform is None:
-        raise ModelLoadError(f"model '{model}': unknown platform '{config.platform}'")
+        raise ModelLoadError(f"model '{model}': unknown platform '{config.platform}' (served here: "
+                             f"{', '.join(sorted(p for p in _HANDLER_BY_PLATFORM if p != ENSEMBLE))}, ensemble; "
+                             f"backends {', '.join(sorted(_HANDLER_BY_BACKEND))})")
     if config.backend and by_backend is None:
         raise ModelLoadError(f"model '{model}': unknown backend '{config.backend}'")
     if by_platform and by_backend and by_platform != by_backend:

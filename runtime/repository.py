@@ -17,6 +17,18 @@ PYTHON_MODEL_FILE = "model.py"
 CONFIG_FILE = "config.pbtxt"
 MAX_CONFIG_BYTES = 1 << 20
 
+# As Triton: a config naming neither platform nor backend gets them from the model file found (the newest
+# version first): (file name or suffix, platform, backend).
+_BACKEND_BY_MODEL_FILE = (
+    ("model.onnx", ".onnx", "onnxruntime_onnx", "onnxruntime"),
+    ("model.pt", ".pt", "pytorch_libtorch", "pytorch"),
+    ("model.py", ".py", "", "python"),
+    ("model.xml", ".xml", "", "openvino"),
+    ("model.plan", ".plan", "tensorrt_plan", "tensorrt"),
+    ("model.savedmodel", ".savedmodel", "tensorflow_savedmodel", "tensorflow"),
+    ("model.graphdef", ".graphdef", "tensorflow_graphdef", "tensorflow"),
+)
+
 
 def is_version_folder_name(name: str) -> bool:
     """Triton version folders are positive decimal integers."""
@@ -56,6 +68,7 @@ class ModelRepository:
         on failure.  With a completer, a Python model (``<N>/model.py``) may come without a config, as in
         Triton."""
         config = self.raw_config(name)
+        self._detect_backend(config, name)
         if self.completer is not None:
             config = self.completer(config, self.model_dir(name))
         return spec_from_config(config, name, self.gpu_count)
@@ -74,6 +87,19 @@ class ModelRepository:
         except (OSError, UnicodeDecodeError) as exc:
             raise ModelLoadError(f"model '{name}': cannot read {CONFIG_FILE}: {exc.__class__.__name__}") from None
         return read_model_config(text, name)
+
+    def _detect_backend(self, config: ModelConfig, name: str) -> None:
+        """Fill in platform and backend from the model file, when the config names neither."""
+        if config.platform or config.backend:
+            return
+        for version in reversed(self.versions_on_disk(name)):
+            folder = self.model_dir(name) / str(version)
+            for file_name, suffix, platform, backend in _BACKEND_BY_MODEL_FILE:
+                wanted = config.default_model_filename
+                if (wanted and wanted.endswith(suffix) and (folder / wanted).exists()) or (
+                        not wanted and (folder / file_name).exists()):
+                    config.platform, config.backend = platform, backend
+                    return
 
     def _has_python_model(self, name: str) -> bool:
         return any((self.model_dir(name) / str(v) / PYTHON_MODEL_FILE).is_file() for v in self.versions_on_disk(name))

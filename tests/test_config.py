@@ -56,6 +56,7 @@ def test_json_prints_int64_fields_as_numbers():
         ("", "onnxruntime", "onnxruntime", "model.onnx"),
         ("", "pytorch", "pytorch", "model.pt"),
         ("", "python", "python", "model.py"),
+        ("", "openvino", "openvino", "model.xml"),
     ],
 )
 def test_platform_and_backend_select_the_handler(platform, backend, handler, file_name):
@@ -72,7 +73,7 @@ def test_platform_and_backend_select_the_handler(platform, backend, handler, fil
     [
         ("platform: ", "syntax error"),
         ('platform: "tensorrt_plan"', "unknown platform 'tensorrt_plan'"),
-        ('backend: "openvino"', "unknown backend 'openvino'"),
+        ('backend: "dali"', "unknown backend 'dali'"),
         ('name: "other" backend: "python"', "does not match its folder name"),
         ("max_batch_size: 2", "neither platform nor backend"),
         ('platform: "onnxruntime_onnx" backend: "pytorch"', "does not match backend"),
@@ -103,3 +104,29 @@ def test_bad_configs_give_a_reason(text, reason):
 )
 def test_version_policy_selection(policy, available, selected):
     assert policy.select(available) == selected
+
+
+@pytest.mark.parametrize("files, platform, backend", [
+    (["1/model.onnx"], "onnxruntime_onnx", "onnxruntime"),
+    (["1/model.pt"], "pytorch_libtorch", "pytorch"),
+    (["1/model.xml", "1/model.bin"], "", "openvino"),
+    (["1/model.pt", "2/model.onnx"], "onnxruntime_onnx", "onnxruntime"),  # the newest version decides
+    (["1/model.savedmodel/saved_model.pb"], "tensorflow_savedmodel", "tensorflow"),
+])
+def test_a_config_without_platform_or_backend_gets_them_from_the_model_file(tmp_path, files, platform, backend):
+    from runtime.repository import ModelRepository
+
+    folder = tmp_path / "m"
+    for relative in files:
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_bytes(b"")
+    (folder / "config.pbtxt").write_text('input [ { name: "A" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+                                         'output [ { name: "B" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+                                         'version_policy: { all { } }\n')
+    repository = ModelRepository(tmp_path)
+    if backend == "tensorflow":
+        with pytest.raises(ModelLoadError, match="unknown platform 'tensorflow_savedmodel' \\(served here: "):
+            repository.read_spec("m")
+        return
+    spec = repository.read_spec("m")
+    assert (spec.platform, spec.backend) == (platform, backend)
