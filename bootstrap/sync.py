@@ -46,8 +46,8 @@ from runtime.config import version_policy_of
 from runtime.errors import ModelLoadError
 from runtime.repository import (
     CONFIG_FILE,
+    CONFIG_OPTIONAL_MODEL_FILES,
     MAX_CONFIG_BYTES,
-    PYTHON_MODEL_FILE,
     is_model_folder_name,
     is_version_folder_name,
 )
@@ -233,13 +233,13 @@ class RepositorySync:
                 raise SyncError(f"refused object key {item.key!r}: {reason}")
         files = {item.relative.split("/", 1)[1]: item for item in objects}
         config = files.get(CONFIG_FILE)
-        python_model = any(r.split("/", 1)[1:] == [PYTHON_MODEL_FILE] for r in files)
-        if config is None and not python_model:
+        config_optional = any(r.count("/") == 1 and r.split("/", 1)[1] in CONFIG_OPTIONAL_MODEL_FILES for r in files)
+        if config is None and not config_optional:
             raise SyncError(f"no {CONFIG_FILE} in storage")
         current = self._current_generation(name)
         manifest = self._manifest(current) if current else {}
-        if config is None:  # a config-less Python model (as in Triton): Triton's default version policy
-            config_bytes, config_text = b"", 'backend: "python"'
+        if config is None:  # a config-less Python or ONNX model (as in Triton): Triton's default version policy
+            config_bytes, config_text = b"", ""
         else:
             config_bytes = self._config_bytes(config, current, manifest)
             try:

@@ -10,9 +10,12 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from runtime.config import ModelSpec, read_model_config, spec_from_config
 from runtime.errors import ModelLoadError
 
-# Completes a model's config as written (Triton's auto-complete: a Python model's auto_complete_config).
+# Completes a model's config as written (Triton's auto-complete: a Python model's auto_complete_config, an ONNX
+# model's graph).
 ConfigCompleter = Callable[[ModelConfig, Path], ModelConfig]
 PYTHON_MODEL_FILE = "model.py"
+# With auto-complete on, a model holding one of these may come without config.pbtxt (as in Triton).
+CONFIG_OPTIONAL_MODEL_FILES = (PYTHON_MODEL_FILE, "model.onnx")
 
 CONFIG_FILE = "config.pbtxt"
 MAX_CONFIG_BYTES = 1 << 20
@@ -65,8 +68,8 @@ class ModelRepository:
 
     def read_spec(self, name: str) -> ModelSpec:
         """Parse the model's config.pbtxt, completed by the completer (if any); ModelLoadError with the reason
-        on failure.  With a completer, a Python model (``<N>/model.py``) may come without a config, as in
-        Triton."""
+        on failure.  With a completer, a Python or ONNX model (``<N>/model.py``, ``<N>/model.onnx``) may come
+        without a config, as in Triton."""
         config = self.raw_config(name)
         self._detect_backend(config, name)
         if self.completer is not None:
@@ -76,8 +79,8 @@ class ModelRepository:
     def raw_config(self, name: str) -> ModelConfig:
         """The model's config as written (nothing completed or filled in); ModelLoadError if it cannot be read."""
         config_path = self.model_dir(name) / CONFIG_FILE
-        if not config_path.exists() and self.completer is not None and self._has_python_model(name):
-            return ModelConfig(name=name, backend="python")
+        if not config_path.exists() and self.completer is not None and self._has_config_optional_file(name):
+            return ModelConfig(name=name)  # platform and backend: from the model file (read_spec)
         if not config_path.is_file() or not self._inside(config_path):
             raise ModelLoadError(f"model '{name}': no {CONFIG_FILE}")
         if config_path.stat().st_size > MAX_CONFIG_BYTES:
@@ -101,8 +104,9 @@ class ModelRepository:
                     config.platform, config.backend = platform, backend
                     return
 
-    def _has_python_model(self, name: str) -> bool:
-        return any((self.model_dir(name) / str(v) / PYTHON_MODEL_FILE).is_file() for v in self.versions_on_disk(name))
+    def _has_config_optional_file(self, name: str) -> bool:
+        return any((self.model_dir(name) / str(v) / file_name).is_file() for v in self.versions_on_disk(name)
+                   for file_name in CONFIG_OPTIONAL_MODEL_FILES)
 
     def versions_on_disk(self, name: str) -> list[int]:
         folder = self.model_dir(name)

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from handlers.python.auto_complete import complete_config
+from handlers.auto_complete import complete_config
 from runtime.auth import TokenAuth
 from runtime.cache import ResponseCache
 from runtime.control import ModelControl, RepositorySource
@@ -52,7 +52,7 @@ class ServerOptions:
     grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
     server_name: str = "triton"
     strict_readiness: bool = True
-    auto_complete_config: bool = True  # config-less Python models; a model's auto_complete_config runs
+    auto_complete_config: bool = True  # config-less Python and ONNX models; Triton's auto-complete runs
     auth_token: str | None = None
     auth_exempt_health: bool = True
     shutdown_timeout: float = 30.0

@@ -180,7 +180,7 @@ def test_unreachable_storage_is_a_clear_error(tmp_path):
 
 
 def test_missing_config_and_bad_config(s3, moto_endpoint, bucket, tmp_path):
-    put(s3, bucket, "repo/noconfig/1/model.onnx", "x")
+    put(s3, bucket, "repo/noconfig/1/model.pt", "x")  # TorchScript models need a config (ONNX ones do not)
     put(s3, bucket, "repo/badconfig/config.pbtxt", "backend: {")
     put(s3, bucket, "repo/badconfig/1/model.py", "x")
     for version in (1, 2):  # a Python model may come without a config, as in Triton: the newest version only
