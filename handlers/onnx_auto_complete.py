@@ -1,10 +1,10 @@
 """Triton's auto-complete for ONNX models: inputs, outputs and batching read from ``model.onnx``.
 
-As Triton's onnxruntime backend does (unless ``--disable-auto-complete-config``): inputs and outputs the config
-does not declare (when it lacks inputs or outputs) are filled in from the model's graph (name, data type, dims); a model whose every input and
-output has a variable first dimension can batch, and when the config says ``max_batch_size: 0`` (or nothing) it
-gets the default maximum batch size, 4, and, without another scheduler, the dynamic batcher. A model without
-``config.pbtxt`` at all is completed the same way. The graph is read with ``onnx`` (no session is created).
+As Triton's onnxruntime backend does (unless ``--disable-auto-complete-config``): when a config lacks inputs or
+outputs, those it does not declare are filled in from the model's graph (name, data type, dims); a model whose
+every input and output has a variable first dimension can batch, and when the config says ``max_batch_size: 0``
+(or nothing) it gets the default maximum batch size, 4, and, without another scheduler, the dynamic batcher. A
+model without ``config.pbtxt`` at all is completed the same way. The graph is read with ``onnx`` (no session).
 """
 
 from __future__ import annotations
