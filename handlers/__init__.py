@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def handler_class(handler_name: str) -> type[ModelHandler]:
-    """The handler class for ``onnxruntime``, ``pytorch``, ``openvino`` or ``python`` (imported lazily)."""
+    """The handler class for a handler name (see runtime/config.py), imported only when asked for."""
     if handler_name == "onnxruntime":
         from handlers.onnx import OnnxRuntimeHandler
 
@@ -22,6 +22,14 @@ def handler_class(handler_name: str) -> type[ModelHandler]:
         from handlers.torchscript import TorchScriptHandler
 
         return TorchScriptHandler
+    if handler_name == "tensorflow_savedmodel":
+        from handlers.tensorflow import SavedModelHandler
+
+        return SavedModelHandler
+    if handler_name == "tensorflow_graphdef":
+        from handlers.tensorflow import GraphDefHandler
+
+        return GraphDefHandler
     if handler_name == "openvino":
         from handlers.openvino import OpenVinoHandler
 

@@ -25,14 +25,21 @@ ModelConfig = model_config_pb2.ModelConfig
 _HANDLER_BY_PLATFORM = {
     "onnxruntime_onnx": "onnxruntime",
     "pytorch_libtorch": "pytorch",
+    "tensorflow_savedmodel": "tensorflow_savedmodel",
+    "tensorflow_graphdef": "tensorflow_graphdef",
     "python": "python",
     "ensemble": "ensemble",
 }
 ENSEMBLE = "ensemble"
 _HANDLER_BY_BACKEND = {"onnxruntime": "onnxruntime", "pytorch": "pytorch", "python": "python", "openvino": "openvino"}
-_PLATFORM_BY_HANDLER = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "python": "", "openvino": ""}
+# TensorFlow's backend serves two formats: the platform says which (Triton requires it).
+_TENSORFLOW_HANDLERS = ("tensorflow_savedmodel", "tensorflow_graphdef")
+_PLATFORM_BY_HANDLER = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "python": "", "openvino": "",
+                        "tensorflow_savedmodel": "tensorflow_savedmodel", "tensorflow_graphdef": "tensorflow_graphdef"}
+_BACKEND_BY_HANDLER = {"tensorflow_savedmodel": "tensorflow", "tensorflow_graphdef": "tensorflow"}
 DEFAULT_MODEL_FILENAMES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "python": "model.py",
-                           "openvino": "model.xml"}
+                           "openvino": "model.xml", "tensorflow_savedmodel": "model.savedmodel",
+                           "tensorflow_graphdef": "model.graphdef"}
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,11 @@ def _dynamic_batching(config: ModelConfig) -> DynamicBatchingSpec | None:
 def _handler_name(config: ModelConfig, model: str) -> str:
     by_platform = _HANDLER_BY_PLATFORM.get(config.platform) if config.platform else None
     by_backend = _HANDLER_BY_BACKEND.get(config.backend) if config.backend else None
+    if config.backend == "tensorflow":
+        if by_platform not in _TENSORFLOW_HANDLERS:
+            raise ModelLoadError(f"model '{model}': backend 'tensorflow' needs platform 'tensorflow_savedmodel' or "
+                                 "'tensorflow_graphdef'")
+        return by_platform
     if config.platform and by_platform is None:
         raise ModelLoadError(f"model '{model}': unknown platform '{config.platform}' (served here: "
                              f"{', '.join(sorted(p for p in _HANDLER_BY_PLATFORM if p != ENSEMBLE))}, ensemble; "
@@ -293,7 +305,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
     config.name = folder_name
     handler = _handler_name(config, folder_name)
     if not config.backend and handler != ENSEMBLE:
-        config.backend = handler
+        config.backend = _BACKEND_BY_HANDLER.get(handler, handler)
     if not config.platform and _PLATFORM_BY_HANDLER[handler]:
         config.platform = _PLATFORM_BY_HANDLER[handler]
     if config.max_batch_size < 0:

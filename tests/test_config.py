@@ -112,6 +112,8 @@ def test_version_policy_selection(policy, available, selected):
     (["1/model.xml", "1/model.bin"], "", "openvino"),
     (["1/model.pt", "2/model.onnx"], "onnxruntime_onnx", "onnxruntime"),  # the newest version decides
     (["1/model.savedmodel/saved_model.pb"], "tensorflow_savedmodel", "tensorflow"),
+    (["1/model.graphdef"], "tensorflow_graphdef", "tensorflow"),
+    (["1/model.plan"], "tensorrt_plan", "tensorrt"),
 ])
 def test_a_config_without_platform_or_backend_gets_them_from_the_model_file(tmp_path, files, platform, backend):
     from runtime.repository import ModelRepository
@@ -124,8 +126,8 @@ def test_a_config_without_platform_or_backend_gets_them_from_the_model_file(tmp_
                                          'output [ { name: "B" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
                                          'version_policy: { all { } }\n')
     repository = ModelRepository(tmp_path)
-    if backend == "tensorflow":
-        with pytest.raises(ModelLoadError, match="unknown platform 'tensorflow_savedmodel' \\(served here: "):
+    if backend == "tensorrt":
+        with pytest.raises(ModelLoadError, match="unknown platform 'tensorrt_plan' \\(served here: "):
             repository.read_spec("m")
         return
     spec = repository.read_spec("m")

@@ -18,7 +18,7 @@ def index(http_client) -> dict[tuple[str, str], dict]:
     "model, reason",
     [
         ("broken_syntax", "config.pbtxt syntax error"),
-        ("unknown_platform", "unknown platform 'tensorflow_savedmodel'"),
+        ("unknown_platform", "unknown platform 'tensorrt_plan'"),
         ("name_mismatch", "config name 'another_name' does not match its folder name"),
     ],
 )

@@ -1,0 +1,120 @@
+"""TensorFlow SavedModel and GraphDef models (built here with TensorFlow itself), served beside ONNX and TorchScript
+models in one server as the deployment guide's multi-model repository does, called with tritonclient."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from examples.build_models import EXAMPLE_REPOSITORY, build_example_models
+from tests.support import ServerProcess, write_model
+
+ADD_SUB_CONFIG = """
+    platform: "{platform}"
+    max_batch_size: 8
+    input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }},
+            {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+    output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }},
+             {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+    dynamic_batching {{ }}
+"""
+UPPER_CONFIG = """
+    platform: "tensorflow_savedmodel"
+    max_batch_size: 0
+    input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+    output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+
+
+def build_models(repository: Path) -> None:
+    """An add/sub SavedModel, the same as a frozen GraphDef, and a string SavedModel."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    spec = [tf.TensorSpec([None, 16], tf.float32, name="INPUT0"), tf.TensorSpec([None, 16], tf.float32, name="INPUT1")]
+
+    class AddSub(tf.Module):
+        @tf.function(input_signature=spec)
+        def serve(self, INPUT0, INPUT1):  # noqa: N803 - the signature's keys are the config's names
+            return {"OUTPUT0": INPUT0 + INPUT1, "OUTPUT1": INPUT0 - INPUT1}
+
+    class Upper(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="TEXT")])
+        def serve(self, TEXT):  # noqa: N803
+            return {"UPPER": tf.strings.upper(TEXT)}
+
+    add_sub = AddSub()
+    tf.saved_model.save(add_sub, str(repository / "add_sub_savedmodel" / "1" / "model.savedmodel"),
+                        signatures={"serving_default": add_sub.serve})
+    write_model(repository, "add_sub_savedmodel", ADD_SUB_CONFIG.format(platform="tensorflow_savedmodel"))
+    upper = Upper()
+    tf.saved_model.save(upper, str(repository / "upper_savedmodel" / "1" / "model.savedmodel"),
+                        signatures={"serving_default": upper.serve})
+    write_model(repository, "upper_savedmodel", UPPER_CONFIG)
+
+    @tf.function(input_signature=spec)
+    def graph(INPUT0, INPUT1):  # noqa: N803
+        return tf.identity(INPUT0 + INPUT1, name="OUTPUT0"), tf.identity(INPUT0 - INPUT1, name="OUTPUT1")
+
+    frozen = convert_variables_to_constants_v2(graph.get_concrete_function()).graph.as_graph_def()
+    (repository / "add_sub_graphdef" / "1").mkdir(parents=True)
+    (repository / "add_sub_graphdef" / "1" / "model.graphdef").write_bytes(frozen.SerializeToString())
+    write_model(repository, "add_sub_graphdef", ADD_SUB_CONFIG.format(platform="tensorflow_graphdef"))
+    shutil.copytree(repository / "add_sub_savedmodel", repository / "wrong_signature")
+    write_model(repository, "wrong_signature", ADD_SUB_CONFIG.format(platform="tensorflow_savedmodel")
+                + 'parameters { key: "TF_SIGNATURE_DEF" value: { string_value: "predict" } }\n')
+    shutil.copytree(repository / "add_sub_savedmodel", repository / "wrong_output")
+    write_model(repository, "wrong_output", ADD_SUB_CONFIG.format(platform="tensorflow_savedmodel")
+                .replace('"OUTPUT1"', '"OUTPUT7"'))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("tensorflow") / "models"
+    shutil.copytree(EXAMPLE_REPOSITORY, repository, ignore=shutil.ignore_patterns("model.onnx", "model.pt"))
+    build_example_models(repository)  # ONNX and TorchScript beside TensorFlow, as the guide's repository has
+    build_models(repository)
+    process = ServerProcess(repository, log=repository.parent / "server.log").start(timeout=120)
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+@pytest.mark.parametrize("model", ["add_sub_savedmodel", "add_sub_graphdef"])
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_tensorflow_models_answer_over_both_protocols(served, model, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
+    a = np.arange(48, dtype=np.float32).reshape(3, 16)
+    b = np.full((3, 16), 0.5, dtype=np.float32)
+    inputs = [module.InferInput("INPUT0", [3, 16], "FP32"), module.InferInput("INPUT1", [3, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    result = client.infer(model, inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def test_string_tensors_round_trip(served):
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    text = grpcclient.InferInput("TEXT", [2], "BYTES")
+    text.set_data_from_numpy(np.array([b"saved", b"model"], dtype=object))
+    assert client.infer("upper_savedmodel", [text]).as_numpy("UPPER").tolist() == [b"SAVED", b"MODEL"]
+
+
+def test_every_framework_serves_in_one_repository_and_mistakes_say_why(served):
+    index = {row["name"]: row for row in httpx.post(f"http://{served.http_url}/v2/repository/index").json()}
+    for model in ("simple_onnx", "simple_torch", "text_python", "add_sub_savedmodel", "add_sub_graphdef",
+                  "upper_savedmodel"):
+        assert index[model]["state"] == "READY", index[model]
+    reason = index["wrong_signature"]["reason"]
+    assert "the SavedModel has no signature 'predict' (it has ['serving_default'])" in reason
+    assert "config output 'OUTPUT7' is not in the TensorFlow model" in index["wrong_output"]["reason"]
+    config = httpx.get(f"http://{served.http_url}/v2/models/add_sub_savedmodel/config").json()
+    assert (config["platform"], config["backend"], config["default_model_filename"]) == (
+        "tensorflow_savedmodel", "tensorflow", "model.savedmodel")
