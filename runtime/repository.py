@@ -95,10 +95,12 @@ class ModelRepository:
         """Fill in platform and backend from the model file, when the config names neither."""
         if config.platform or config.backend:
             return
+        wanted = config.default_model_filename
+        if wanted and ("/" in wanted or "\\" in wanted or wanted in (".", "..")):
+            return  # an invalid file name: the config check says so
         for version in reversed(self.versions_on_disk(name)):
             folder = self.model_dir(name) / str(version)
             for file_name, suffix, platform, backend in _BACKEND_BY_MODEL_FILE:
-                wanted = config.default_model_filename
                 if (wanted and wanted.endswith(suffix) and (folder / wanted).exists()) or (
                         not wanted and (folder / file_name).exists()):
                     config.platform, config.backend = platform, backend

@@ -14,6 +14,7 @@ from tests.conformance.harness import (
     HttpCase,
     drop,
     each,
+    final_flag_folded,
     outputs_by_name,
     replace_at,
     server_sent_events,
@@ -626,7 +627,8 @@ GRPC_CASES: list[GrpcCase] = [
     GrpcCase("grpc-ensemble-config", "ModelConfig", service_pb2.ModelConfigRequest(name="pipeline")),
     GrpcCase("grpc-ensemble-decoupled-stream", "ModelStreamInfer", [grpc_ints("streaming_ensemble", [1, 2, 3], "s1")]),
     GrpcCase("grpc-ensemble-decoupled-stream-empty-final", "ModelStreamInfer", [grpc_ints(
-        "streaming_ensemble", [4, 5], "s2", {"triton_enable_empty_final_response": True})]),
+        "streaming_ensemble", [4, 5], "s2", {"triton_enable_empty_final_response": True})],
+        normalize=final_flag_folded),
     GrpcCase("grpc-ensemble-decoupled-stream-no-responses", "ModelStreamInfer", [grpc_ints(
         "streaming_ensemble", [], "s3", {"triton_enable_empty_final_response": True})]),
     GrpcCase("grpc-ensemble-decoupled-unary", "ModelInfer", grpc_ints("streaming_ensemble", [1])),

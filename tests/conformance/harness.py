@@ -188,6 +188,23 @@ def sort_list(path: str, key: str = "name") -> Normalize:
         item, dict) else item, sort_keys=True)) if isinstance(items, list) else items)
 
 
+def final_flag_folded(observed: dict) -> dict:
+    """A stream whose last response is an empty final one, folded into the response before it. Triton's
+    ensemble sends a decoupled step's completion either on the last response or as an empty response right
+    after it, whichever its threads reach first (both seen from Triton 2.51 on the same request); a client
+    sees the same stream either way."""
+    responses = observed.get("response")
+    if not isinstance(responses, list) or len(responses) < 2:
+        return observed
+    last = responses[-1].get("infer_response", {})
+    if set(last) <= {"model_name", "id", "parameters"} and last.get("parameters") == {
+            "triton_final_response": {"bool_param": True}}:
+        previous = responses[-2].get("infer_response", {})
+        previous.setdefault("parameters", {})["triton_final_response"] = {"bool_param": True}
+        observed["response"] = responses[:-1]
+    return observed
+
+
 def outputs_by_name(observed: dict) -> dict:
     """An ensemble's outputs in name order, raw contents alongside (Triton answers them in its hash map's order:
     neither the config's nor the request's)."""
