@@ -15,7 +15,7 @@ from typing import Any
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
 from runtime.errors import ModelLoadError
-from runtime.repository import is_version_folder_name
+from runtime.repository import newest_model_file
 
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=onnxruntime,default-max-batch-size default
 ONNX_MODEL_FILE = "model.onnx"
@@ -23,17 +23,6 @@ ONNX_MODEL_FILE = "model.onnx"
 _CONFIG_TYPE_BY_ONNX = {1: "TYPE_FP32", 2: "TYPE_UINT8", 3: "TYPE_INT8", 4: "TYPE_UINT16", 5: "TYPE_INT16",
                         6: "TYPE_INT32", 7: "TYPE_INT64", 8: "TYPE_STRING", 9: "TYPE_BOOL", 10: "TYPE_FP16",
                         11: "TYPE_FP64", 12: "TYPE_UINT32", 13: "TYPE_UINT64", 16: "TYPE_BF16"}
-
-
-def _model_file(config: ModelConfig, model_dir: Path) -> Path | None:
-    name = config.default_model_filename or ONNX_MODEL_FILE
-    versions = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and is_version_folder_name(p.name)),
-                      reverse=True)
-    for version in versions:
-        path = model_dir / str(version) / name
-        if path.is_file() and path.resolve().is_relative_to(model_dir.resolve()):
-            return path
-    return None
 
 
 def _tensors(values: Any) -> list[tuple[str, str, list[int]]]:
@@ -54,7 +43,7 @@ def complete_onnx_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
     written (the model is not read; loading checks it against the model)."""
     if config.input and config.output:
         return config
-    path = _model_file(config, model_dir)
+    path = newest_model_file(model_dir, config.default_model_filename or ONNX_MODEL_FILE)
     if path is None:
         return config  # loading reports the missing file
     import onnx

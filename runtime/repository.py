@@ -38,6 +38,17 @@ def is_version_folder_name(name: str) -> bool:
     return name.isascii() and name.isdigit() and int(name) > 0
 
 
+def newest_model_file(model_dir: Path, file_name: str) -> Path | None:
+    """``<N>/<file_name>`` of the newest version holding it (what auto-complete reads), inside ``model_dir``."""
+    versions = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and is_version_folder_name(p.name)),
+                      reverse=True)
+    for version in versions:
+        path = model_dir / str(version) / file_name
+        if path.is_file() and path.resolve().is_relative_to(model_dir.resolve()):
+            return path
+    return None
+
+
 def is_model_folder_name(name: str) -> bool:
     return bool(name) and not name.startswith(".") and name not in ("..",)
 

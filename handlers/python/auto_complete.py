@@ -17,21 +17,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from runtime.config import config_to_json_dict
 from runtime.errors import ModelLoadError
-from runtime.repository import PYTHON_MODEL_FILE, is_version_folder_name
+from runtime.repository import PYTHON_MODEL_FILE, newest_model_file
 
 AUTO_COMPLETE_TIMEOUT = 120.0
-
-
-def _model_file(config: ModelConfig, model_dir: Path) -> Path | None:
-    """The newest version's model file (what Triton's Python backend auto-completes from)."""
-    name = config.default_model_filename or PYTHON_MODEL_FILE
-    versions = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and is_version_folder_name(p.name)),
-                      reverse=True)
-    for version in versions:
-        path = model_dir / str(version) / name
-        if path.is_file() and path.resolve().is_relative_to(model_dir.resolve()):
-            return path
-    return None
 
 
 def defines_auto_complete(source: str) -> bool:
@@ -52,7 +40,7 @@ def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
     """The config completed by the model's ``auto_complete_config`` (unchanged for other models)."""
     if config.backend != "python" or config.platform:
         return config
-    path = _model_file(config, model_dir)
+    path = newest_model_file(model_dir, config.default_model_filename or PYTHON_MODEL_FILE)
     if path is None:
         return config
     try:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# On a host with an NVIDIA GPU: install the GPU extras, run the GPU tests (pytest -m gpu) and a short GPU
+# benchmark (served vs bare onnxruntime-gpu at equal batch), all within about 8 minutes.
+#   PYTHON      the interpreter to use as is (its torch must see CUDA); unset: a .venv-gpu is made, with torch
+#               from TORCH_INDEX_URL (default PyTorch's cu126 index) and the [gpu,test] extras, onnxruntime-gpu
+#               in place of the CPU onnxruntime
+set -euo pipefail
+cd "$(dirname "$0")/.."
+nvidia-smi -L
+if [ -z "${PYTHON:-}" ]; then
+  VENV=.venv-gpu
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q torch==2.13.0 --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu126}"
+  "$VENV/bin/python" -m pip install -q -e '.[test,gpu]'
+  "$VENV/bin/python" -m pip uninstall -q -y onnxruntime  # both ship the onnxruntime module: keep the GPU one
+  "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "onnxruntime-gpu>=1.18"
+  PYTHON="$VENV/bin/python"
+fi
+"$PYTHON" - <<'PY'
+import onnxruntime, torch
+assert torch.cuda.is_available(), "torch does not see CUDA"
+assert "CUDAExecutionProvider" in onnxruntime.get_available_providers(), onnxruntime.get_available_providers()
+print("torch", torch.__version__, torch.cuda.get_device_name(0), "| onnxruntime", onnxruntime.__version__)
+PY
+"$PYTHON" -m examples.build_models
+timeout 420 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
+timeout 120 "$PYTHON" scripts/benchmark.py --quick --skip-mlserver --skip-triton --output bench_results_gpu.json
