@@ -125,3 +125,13 @@ def test_the_guides_python_model_returns_a_cuda_tensor_through_dlpack(served):
     result = client.infer("guide_python", [value])
     assert result.as_numpy("OUTPUT0").tolist() == [2.0, 4.0, 6.0, 8.0]
     assert "".join(chr(c) for c in result.as_numpy("KIND")) == "GPU"
+
+
+def test_gpu_metric_families_name_each_gpu(served):
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{served.metrics_port}/metrics").text
+    for family in ("nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
+                   "nv_gpu_power_usage"):
+        assert f"# TYPE {family} gauge" in text
+        assert f'{family}{{gpu_uuid="GPU-' in text
