@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -186,7 +186,11 @@ def _flag(parameters: dict[str, Any], key: str) -> bool:
 
 
 def _corrid_value(correlation_id: int | str, datatype: str) -> int | str:
-    """The CORRID control's value: the ID itself, or a stable 63-bit number for a string ID in a numeric one."""
+    """The CORRID control's value: the ID itself; for a string ID in a numeric control, what Triton 2.51 gives
+    (checked against it): the string's tensor serialization (4-byte little-endian length, then the bytes) read
+    as that number, zero-padded or cut to its size ("abc" in UINT64: 0x0063626100000003)."""
     if datatype == "BYTES" or isinstance(correlation_id, int):
         return correlation_id
-    return int.from_bytes(hashlib.blake2b(correlation_id.encode(), digest_size=8).digest(), "little") >> 1
+    dtype = numpy_dtype(datatype).newbyteorder("<")
+    serialized = struct.pack("<I", len(correlation_id.encode())) + correlation_id.encode()
+    return np.frombuffer(serialized[:dtype.itemsize].ljust(dtype.itemsize, b"\0"), dtype=dtype)[0].item()

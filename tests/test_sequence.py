@@ -311,3 +311,18 @@ def test_the_sequence_batchers_own_queue_delay_and_preferred_sizes_drive_its_bat
                               max_delay=oldest.sequence.max_queue_delay_seconds,
                               preferred_sizes=oldest.sequence.preferred_batch_sizes)
         assert (scheduler.max_batch, scheduler.target_batch, scheduler.max_delay) == (8, 4, 0.005)
+
+
+@pytest.mark.parametrize("ident, datatype, expected", [
+    # what Triton 2.51 fed a Python model's UINT64 CORRID control for these string IDs (seen from the oracle)
+    ("abc", "UINT64", 27974191445704707),
+    ("abcdefghij", "UINT64", 7233733595238498314),
+    ("a", "UINT64", 416611827713),
+    ("abc", "INT32", 3),  # the length prefix is all that fits
+    (12, "UINT64", 12),
+    ("order-42", "BYTES", "order-42"),
+])
+def test_a_string_id_in_a_numeric_corrid_control_reads_as_tritons(ident, datatype, expected):
+    from runtime.sequence import _corrid_value
+
+    assert _corrid_value(ident, datatype) == expected
