@@ -30,6 +30,10 @@ def handler_class(handler_name: str) -> type[ModelHandler]:
         from handlers.tensorflow import GraphDefHandler
 
         return GraphDefHandler
+    if handler_name == "tensorrt":
+        from handlers.tensorrt import TensorRtHandler
+
+        return TensorRtHandler
     if handler_name == "openvino":
         from handlers.openvino import OpenVinoHandler
 

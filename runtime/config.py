@@ -27,19 +27,22 @@ _HANDLER_BY_PLATFORM = {
     "pytorch_libtorch": "pytorch",
     "tensorflow_savedmodel": "tensorflow_savedmodel",
     "tensorflow_graphdef": "tensorflow_graphdef",
+    "tensorrt_plan": "tensorrt",
     "python": "python",
     "ensemble": "ensemble",
 }
 ENSEMBLE = "ensemble"
-_HANDLER_BY_BACKEND = {"onnxruntime": "onnxruntime", "pytorch": "pytorch", "python": "python", "openvino": "openvino"}
+_HANDLER_BY_BACKEND = {"onnxruntime": "onnxruntime", "pytorch": "pytorch", "python": "python", "openvino": "openvino",
+                       "tensorrt": "tensorrt"}
 # TensorFlow's backend serves two formats: the platform says which (Triton requires it).
 _TENSORFLOW_HANDLERS = ("tensorflow_savedmodel", "tensorflow_graphdef")
 _PLATFORM_BY_HANDLER = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_libtorch", "python": "", "openvino": "",
-                        "tensorflow_savedmodel": "tensorflow_savedmodel", "tensorflow_graphdef": "tensorflow_graphdef"}
+                        "tensorflow_savedmodel": "tensorflow_savedmodel", "tensorflow_graphdef": "tensorflow_graphdef",
+                        "tensorrt": "tensorrt_plan"}
 _BACKEND_BY_HANDLER = {"tensorflow_savedmodel": "tensorflow", "tensorflow_graphdef": "tensorflow"}
 DEFAULT_MODEL_FILENAMES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "python": "model.py",
                            "openvino": "model.xml", "tensorflow_savedmodel": "model.savedmodel",
-                           "tensorflow_graphdef": "model.graphdef"}
+                           "tensorflow_graphdef": "model.graphdef", "tensorrt": "model.plan"}
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,9 @@ def add_test_models(repository: Path) -> None:
     write_model(repository, "simple_int32", ONNX_ADD_SUB_CONFIG)
 
     write_model(repository, "broken_syntax", 'platform: "onnxruntime_onnx"\nmax_batch_size: {\n')
-    write_model(repository, "unknown_platform", 'platform: "tensorrt_plan"\n', {"1/model.plan": "x"})
+    write_model(repository, "unknown_platform", 'platform: "caffe2_netdef"\n', {"1/model.netdef": "x"})
+    write_model(repository, "tensorrt_on_cpu", 'platform: "tensorrt_plan"\n' + ONNX_ADD_SUB_CONFIG.split("\n", 2)[2],
+                {"1/model.plan": "x"})
     missing = write_model(repository, "missing_file", ONNX_ADD_SUB_CONFIG)
     (missing / "1").mkdir()
     write_model(repository, "name_mismatch", 'name: "another_name"\n' + IDENTITY_PYTHON_CONFIG,

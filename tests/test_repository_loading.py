@@ -18,7 +18,7 @@ def index(http_client) -> dict[tuple[str, str], dict]:
     "model, reason",
     [
         ("broken_syntax", "config.pbtxt syntax error"),
-        ("unknown_platform", "unknown platform 'tensorrt_plan'"),
+        ("unknown_platform", "unknown platform 'caffe2_netdef' (served here: "),
         ("name_mismatch", "config name 'another_name' does not match its folder name"),
     ],
 )
@@ -37,6 +37,7 @@ def test_bad_config_makes_only_that_model_unavailable(index, http_client, model,
     "model, reason",
     [
         ("missing_file", "missing model file 'model.onnx'"),
+        ("tensorrt_on_cpu", "tensorrt_plan models run only on an NVIDIA GPU, and this host has none"),
         ("truncated_onnx", "ONNX"),
         ("import_error_python", "ModuleNotFoundError"),
         ("external_data_onnx", "refers to external data outside the model folder"),
