@@ -166,6 +166,8 @@ class RepositorySync:
         self._drop_partials()
         self._drop_strays()
         deadline = time.monotonic() + self.deadline_seconds
+        if only is None:
+            self._staged = set()  # what this full sync stages; anything else in the staging folder is stale
         objects = self._within(deadline, "listing", list_objects, self.client, self.location)
         by_model: dict[str, list[StoredObject]] = defaultdict(list)
         for item in objects:
