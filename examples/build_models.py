@@ -21,9 +21,21 @@ TORCH_WEIGHT = (np.arange(12, dtype=np.float32).reshape(4, 3) / 10).astype(np.fl
 TORCH_BIAS = np.array([0.1, 0.2, 0.3], dtype=np.float32)
 
 
+def save_onnx(graph, path: Path, check: bool = False) -> None:
+    """Save an ONNX graph as a model (opset 17, IR version 8, which every onnxruntime here reads) at ``path``."""
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if check:
+        onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
 def build_add_sub_onnx(path: Path, dims: int = 16, datatype: str = "FP32") -> None:
     """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, inputs of shape [batch, dims]."""
-    import onnx
     from onnx import TensorProto, helper
 
     element = {"FP32": TensorProto.FLOAT, "INT32": TensorProto.INT32}[datatype]
@@ -37,16 +49,11 @@ def build_add_sub_onnx(path: Path, dims: int = 16, datatype: str = "FP32") -> No
         [helper.make_tensor_value_info(n, element, shape) for n in ("INPUT0", "INPUT1")],
         [helper.make_tensor_value_info(n, element, shape) for n in ("OUTPUT0", "OUTPUT1")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    save_onnx(graph, path, check=True)
 
 
 def build_dense_onnx(path: Path, width: int = 1024, layers: int = 4, seed: int = 0) -> None:
     """A compute-bound MLP: ``layers`` MatMul+Relu of ``width`` x ``width`` (INPUT0 -> OUTPUT0)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
@@ -66,10 +73,7 @@ def build_dense_onnx(path: Path, width: int = 1024, layers: int = 4, seed: int =
         [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", width])],
         initializer=initializers,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    save_onnx(graph, path)
 
 
 def build_linear_torchscript(path: Path) -> None:

@@ -46,7 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from examples.build_models import build_dense_onnx  # noqa: E402
+from examples.build_models import build_dense_onnx, save_onnx  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench_vs_triton import print_ratios, ratios, side_by_side  # noqa: E402
@@ -204,7 +204,6 @@ def peak_rss(pid: int) -> int:
 
 
 def build_identity_onnx(path: Path) -> None:
-    import onnx
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
@@ -212,10 +211,7 @@ def build_identity_onnx(path: Path) -> None:
         [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", IDENTITY_WIDTH])],
         [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", IDENTITY_WIDTH])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    save_onnx(graph, path)
 
 
 def bare_onnxruntime(model_path: Path, width: int, batch_sizes: list[int], seconds: float) -> dict[int, dict]:

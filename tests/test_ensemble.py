@@ -15,6 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from examples.build_models import save_onnx
 from runtime.config import parse_model_config
 from runtime.ensemble import check_composing_models
 from runtime.ensemble_config import load_order
@@ -230,7 +231,6 @@ ensemble_scheduling {{ step [
 
 def build_classifier(path: Path) -> np.ndarray:
     """An ONNX linear classifier over WIDTH pixels; its weights (to compute expected answers)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     weights = np.random.default_rng(7).standard_normal((WIDTH, CLASSES)).astype(np.float32)
@@ -239,10 +239,7 @@ def build_classifier(path: Path) -> np.ndarray:
         [helper.make_tensor_value_info("PIXELS", TensorProto.FLOAT, ["batch", WIDTH])],
         [helper.make_tensor_value_info("SCORES", TensorProto.FLOAT, ["batch", CLASSES])],
         [numpy_helper.from_array(weights, "W")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    save_onnx(graph, path)
     return weights
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import httpx
 import numpy as np
-import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 
-from examples.build_models import build_add_sub_onnx
+from examples.build_models import build_add_sub_onnx, save_onnx
 from tests.conftest import S3_ENV
 from tests.support import ServerProcess, write_model
 from tests.test_cli import bootstrap, storage_config, upload
@@ -21,10 +20,7 @@ def build_fixed_scale_onnx(path) -> None:
     graph = helper.make_graph([helper.make_node("Add", ["X", "X"], ["Y"])], "fixed",
                               [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 2])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    save_onnx(graph, path)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from examples.build_models import save_onnx
 from tests.support import ServerProcess, write_model
 
 # OUTPUT: the running sum of INPUT over the sequence; FLAGS: what the model saw of the sequence.
@@ -77,7 +78,6 @@ output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 
 def build_control_onnx(path) -> None:
     """OUTPUT = INPUT + 100 * START + 1000 * CORRID: what the server fed the model, visible in the answer."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     nodes = [helper.make_node("Mul", ["START", "hundred"], ["s"]),
@@ -89,10 +89,7 @@ def build_control_onnx(path) -> None:
         [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, ["batch", 1])],
         [numpy_helper.from_array(np.array(100, np.float32), "hundred"),
          numpy_helper.from_array(np.array(1000, np.float32), "thousand")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    save_onnx(graph, path)
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +237,6 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 def build_state_onnx(path) -> None:
     """Triton's simple_sequence accumulator as an ONNX graph: OUTPUT = STATE_OUT = (INPUT + STATE_IN * (1 - START))
     * READY, with START and READY control inputs and the running sum kept in implicit state."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     nodes = [helper.make_node("Sub", ["one", "START"], ["carry"]),
@@ -253,10 +249,7 @@ def build_state_onnx(path) -> None:
                          for n in ("INPUT", "STATE_IN", "START", "READY")],
         [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1]) for n in ("OUTPUT", "STATE_OUT")],
         [numpy_helper.from_array(np.array(1, np.int32), "one")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    save_onnx(graph, path)
 
 
 @pytest.mark.parametrize("backend", ["python", "onnx"])
