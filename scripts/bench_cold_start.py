@@ -35,17 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from examples.build_models import build_add_sub_onnx  # noqa: E402
-from tests.support import IDENTITY_PYTHON_CONFIG, free_port, python_model_source, write_model  # noqa: E402
+from tests.support import IDENTITY_PYTHON_CONFIG, add_sub_config, free_port, python_model_source, write_model  # noqa: E402
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-ONNX_CONFIG = """
-    platform: "onnxruntime_onnx"
-    max_batch_size: 8
-    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-            { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-             { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-"""
+ONNX_CONFIG = add_sub_config('platform: "onnxruntime_onnx"')
 IDENTITY = python_model_source(
     "return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', pb_utils.get_input_tensor_by_name(r, 'IN')"
     ".as_numpy())]) for r in requests]")

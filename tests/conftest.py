@@ -9,20 +9,9 @@ import numpy as np
 import pytest
 
 from examples.build_models import EXAMPLE_REPOSITORY, build_add_sub_onnx, build_example_models
-from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source, write_model
+from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, add_sub_config, python_model_source, write_model
 
-ONNX_ADD_SUB_CONFIG = """
-    platform: "onnxruntime_onnx"
-    max_batch_size: 8
-    input [
-      { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
-      { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
-    ]
-    output [
-      { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
-      { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
-    ]
-"""
+ONNX_ADD_SUB_CONFIG = add_sub_config('platform: "onnxruntime_onnx"', "INT32")
 
 VERSION_PYTHON = python_model_source(
     """
@@ -62,7 +51,7 @@ def add_test_models(repository: Path) -> None:
 
     write_model(repository, "broken_syntax", 'platform: "onnxruntime_onnx"\nmax_batch_size: {\n')
     write_model(repository, "unknown_platform", 'platform: "caffe2_netdef"\n', {"1/model.netdef": "x"})
-    write_model(repository, "tensorrt_on_cpu", 'platform: "tensorrt_plan"\n' + ONNX_ADD_SUB_CONFIG.split("\n", 2)[2],
+    write_model(repository, "tensorrt_on_cpu", add_sub_config('platform: "tensorrt_plan"', "INT32"),
                 {"1/model.plan": "x"})
     missing = write_model(repository, "missing_file", ONNX_ADD_SUB_CONFIG)
     (missing / "1").mkdir()

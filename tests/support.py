@@ -148,6 +148,19 @@ IDENTITY_PYTHON_CONFIG = """
 """
 
 
+def add_sub_config(header: str, datatype: str = "FP32", extra: str = "") -> str:
+    """The config of ``examples.build_models.build_add_sub_onnx``'s model (INPUT0, INPUT1 -> OUTPUT0 = sum,
+    OUTPUT1 = difference, dims [16], max batch 8) under ``header`` (its platform or backend line), then
+    ``extra``; every framework's add/sub test model shares it."""
+    config_type = f"TYPE_{datatype}"
+
+    def tensors(*names: str) -> str:
+        return ",\n  ".join(f'{{ name: "{name}" data_type: {config_type} dims: [ 16 ] }}' for name in names)
+
+    return (f"\n{header}\nmax_batch_size: 8\ninput [\n  {tensors('INPUT0', 'INPUT1')}\n]\n"
+            f"output [\n  {tensors('OUTPUT0', 'OUTPUT1')}\n]\n{extra}")
+
+
 def python_model_source(body: str) -> str:
     """A model.py whose ``execute`` body is ``body`` (``requests`` in scope)."""
     return (

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from examples.build_models import EXAMPLE_REPOSITORY, TORCH_BIAS, TORCH_WEIGHT, build_add_sub_onnx, build_example_models
-from tests.support import ServerProcess, write_model
+from tests.support import ServerProcess, add_sub_config, write_model
 
 
 def _cuda() -> bool:
@@ -63,15 +63,6 @@ GUIDE_CONFIG = """
     output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "KIND" data_type: TYPE_INT32 dims: [ -1 ] } ]
     instance_group [ { kind: KIND_GPU count: 1 } ]
 """
-ONNX_GPU_CONFIG = """
-    platform: "onnxruntime_onnx"
-    max_batch_size: 8
-    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-            { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-             { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-    instance_group [ { kind: KIND_{kind} count: 1 } ]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +73,8 @@ def served(tmp_path_factory):
     for kind in ("GPU", "CPU"):
         name = f"add_sub_{kind.lower()}"
         build_add_sub_onnx(repository / name / "1" / "model.onnx")
-        write_model(repository, name, ONNX_GPU_CONFIG.replace("{kind}", kind))
+        write_model(repository, name, add_sub_config('platform: "onnxruntime_onnx"',
+                                                     extra=f"instance_group [ {{ kind: KIND_{kind} count: 1 }} ]\n"))
     write_model(repository, "guide_python", GUIDE_CONFIG, {"1/model.py": GUIDE_MODEL})
     process = ServerProcess(repository, "--device", "gpu", log=Path(repository.parent) / "server.log").start(
         timeout=300)

@@ -15,18 +15,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from examples.build_models import build_add_sub_onnx
-from tests.support import ServerProcess, write_model
+from tests.support import ServerProcess, add_sub_config, write_model
 
-CONFIG = """
-    backend: "openvino"
-    max_batch_size: 8
-    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-            { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-             { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-    dynamic_batching { max_queue_delay_microseconds: 2000 }
-    parameters { key: "INFERENCE_NUM_THREADS" value: { string_value: "1" } }
-"""
+CONFIG = add_sub_config('backend: "openvino"', extra="""
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+parameters { key: "INFERENCE_NUM_THREADS" value: { string_value: "1" } }
+""")
 
 
 def write_ir(folder: Path) -> None:

@@ -13,17 +13,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from examples.build_models import EXAMPLE_REPOSITORY, build_example_models
-from tests.support import ServerProcess, write_model
+from tests.support import ServerProcess, add_sub_config, write_model
 
-ADD_SUB_CONFIG = """
-    platform: "{platform}"
-    max_batch_size: 8
-    input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }},
-            {{ name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }} ]
-    output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }},
-             {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }} ]
-    dynamic_batching {{ }}
-"""
+
+def tf_add_sub_config(platform: str) -> str:
+    return add_sub_config(f'platform: "{platform}"', extra="dynamic_batching { }\n")
+
+
 UPPER_CONFIG = """
     platform: "tensorflow_savedmodel"
     max_batch_size: 0
@@ -52,7 +48,7 @@ def build_models(repository: Path) -> None:
     add_sub = AddSub()
     tf.saved_model.save(add_sub, str(repository / "add_sub_savedmodel" / "1" / "model.savedmodel"),
                         signatures={"serving_default": add_sub.serve})
-    write_model(repository, "add_sub_savedmodel", ADD_SUB_CONFIG.format(platform="tensorflow_savedmodel"))
+    write_model(repository, "add_sub_savedmodel", tf_add_sub_config("tensorflow_savedmodel"))
     upper = Upper()
     tf.saved_model.save(upper, str(repository / "upper_savedmodel" / "1" / "model.savedmodel"),
                         signatures={"serving_default": upper.serve})
@@ -65,12 +61,12 @@ def build_models(repository: Path) -> None:
     frozen = convert_variables_to_constants_v2(graph.get_concrete_function()).graph.as_graph_def()
     (repository / "add_sub_graphdef" / "1").mkdir(parents=True)
     (repository / "add_sub_graphdef" / "1" / "model.graphdef").write_bytes(frozen.SerializeToString())
-    write_model(repository, "add_sub_graphdef", ADD_SUB_CONFIG.format(platform="tensorflow_graphdef"))
+    write_model(repository, "add_sub_graphdef", tf_add_sub_config("tensorflow_graphdef"))
     shutil.copytree(repository / "add_sub_savedmodel", repository / "wrong_signature")
-    write_model(repository, "wrong_signature", ADD_SUB_CONFIG.format(platform="tensorflow_savedmodel")
+    write_model(repository, "wrong_signature", tf_add_sub_config("tensorflow_savedmodel")
                 + 'parameters { key: "TF_SIGNATURE_DEF" value: { string_value: "predict" } }\n')
     shutil.copytree(repository / "add_sub_savedmodel", repository / "wrong_output")
-    write_model(repository, "wrong_output", ADD_SUB_CONFIG.format(platform="tensorflow_savedmodel")
+    write_model(repository, "wrong_output", tf_add_sub_config("tensorflow_savedmodel")
                 .replace('"OUTPUT1"', '"OUTPUT7"'))
 
 
