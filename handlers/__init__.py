@@ -6,40 +6,27 @@ Nothing is imported here beyond what is asked for: a Python-backend worker proce
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from handlers.base import ModelHandler
 
+# handler name (runtime/config.py) -> (module, class), imported only when a model of that kind loads
+_HANDLERS = {
+    "onnxruntime": ("handlers.onnx", "OnnxRuntimeHandler"),
+    "pytorch": ("handlers.torchscript", "TorchScriptHandler"),
+    "tensorflow_savedmodel": ("handlers.tensorflow", "SavedModelHandler"),
+    "tensorflow_graphdef": ("handlers.tensorflow", "GraphDefHandler"),
+    "tensorrt": ("handlers.tensorrt", "TensorRtHandler"),
+    "openvino": ("handlers.openvino", "OpenVinoHandler"),
+    "python": ("handlers.python.backend", "PythonBackendHandler"),
+}
+
 
 def handler_class(handler_name: str) -> type[ModelHandler]:
     """The handler class for a handler name (see runtime/config.py), imported only when asked for."""
-    if handler_name == "onnxruntime":
-        from handlers.onnx import OnnxRuntimeHandler
-
-        return OnnxRuntimeHandler
-    if handler_name == "pytorch":
-        from handlers.torchscript import TorchScriptHandler
-
-        return TorchScriptHandler
-    if handler_name == "tensorflow_savedmodel":
-        from handlers.tensorflow import SavedModelHandler
-
-        return SavedModelHandler
-    if handler_name == "tensorflow_graphdef":
-        from handlers.tensorflow import GraphDefHandler
-
-        return GraphDefHandler
-    if handler_name == "tensorrt":
-        from handlers.tensorrt import TensorRtHandler
-
-        return TensorRtHandler
-    if handler_name == "openvino":
-        from handlers.openvino import OpenVinoHandler
-
-        return OpenVinoHandler
-    if handler_name == "python":
-        from handlers.python.backend import PythonBackendHandler
-
-        return PythonBackendHandler
-    raise ValueError(f"no handler named '{handler_name}'")
+    if handler_name not in _HANDLERS:
+        raise ValueError(f"no handler named '{handler_name}'")
+    module, name = _HANDLERS[handler_name]
+    return getattr(importlib.import_module(module), name)
