@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bootstrap.storage import StoredObject, describe_client_error
+from bootstrap.storage import StoredObject, describe_client_error, is_permanent_client_error
 
 CHUNK = 1 << 20
 MIN_PART = 5 << 20  # S3's smallest multipart part
@@ -235,8 +235,7 @@ class RangedDownload:
                 return
             except ClientError as exc:
                 last_error = describe_client_error(exc)
-                code = exc.response.get("Error", {}).get("Code", "")
-                if code in ("AccessDenied", "NoSuchKey", "PreconditionFailed", "412", "403", "404"):
+                if is_permanent_client_error(exc):
                     raise RangedDownloadError(f"cannot download {self.item.key!r}: {last_error}",
                                               permanent=True) from None
             except (BotoCoreError, RangedDownloadError, ConnectionError) as exc:

@@ -101,6 +101,17 @@ def describe_client_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# Client errors that retrying cannot cure: the object is gone, changed (If-Match), or not ours to read.
+_PERMANENT_CODES = ("AccessDenied", "NoSuchKey", "PreconditionFailed", "412", "403", "404")
+
+
+def is_permanent_client_error(exc: Exception) -> bool:
+    """Whether a botocore ClientError means giving up on the object rather than trying again."""
+    response = getattr(exc, "response", None)
+    code = response.get("Error", {}).get("Code", "") if isinstance(response, dict) else ""
+    return code in _PERMANENT_CODES
+
+
 @dataclass(frozen=True)
 class StoredObject:
     key: str  # full key

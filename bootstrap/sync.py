@@ -38,6 +38,7 @@ from bootstrap.storage import (
     StorageSettings,
     StoredObject,
     describe_client_error,
+    is_permanent_client_error,
     list_objects,
     make_client,
     unsafe_key_reason,
@@ -370,8 +371,7 @@ class RepositorySync:
                 return {"size": written, "etag": item.etag, "sha256": sha256.hexdigest()}
             except ClientError as exc:
                 last_error = describe_client_error(exc)
-                code = exc.response.get("Error", {}).get("Code", "")
-                if code in ("AccessDenied", "NoSuchKey", "PreconditionFailed", "412", "403", "404"):
+                if is_permanent_client_error(exc):
                     break  # not transient
             except (BotoCoreError, SyncError, OSError) as exc:
                 if isinstance(exc, OSError) and exc.errno is not None and not isinstance(exc, ConnectionError):
