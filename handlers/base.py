@@ -30,6 +30,17 @@ def require_module(module: str, extra: str, backend: str) -> ModuleType:
         ) from None
 
 
+def parameter_flag(value: str, name: str) -> bool:
+    """A config parameter's yes/no (``true``/``1``/``yes``/``on`` or ``false``/``0``/``no``/``off``, as Triton's
+    backends read them); ModelLoadError naming the parameter for anything else."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ModelLoadError(f"parameter '{name}' must be true or false (1 or 0), not '{value}'")
+
+
 class Reschedule:
     """A result meaning: put this request back in the queue, it runs again in a later batch (a Python model
     called ``request.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``)."""

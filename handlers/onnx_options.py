@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from handlers.base import parameter_flag
 from runtime.errors import ModelLoadError
 
 # Triton's TensorRT accelerator parameters -> the TensorRT execution provider's options (bools as "True"/"False")
@@ -29,7 +30,6 @@ _TRT_STRING = {"int8_calibration_table_name": "trt_int8_calibration_table_name",
                "trt_profile_opt_shapes": None, "trt_ep_context_file_path": None}
 # Triton's deprecated CUDA parameters (model-level) that still configure the CUDA provider
 _CUDA_PARAMETERS = ("cudnn_conv_algo_search", "gpu_mem_limit", "arena_extend_strategy", "do_copy_in_default_stream")
-_TRUE = ("1", "true", "yes", "on")
 
 
 @dataclass
@@ -39,15 +39,6 @@ class SessionPlan:
     options: Any
     providers: list = field(default_factory=list)
     run_entries: dict[str, str] = field(default_factory=dict)
-
-
-def _flag(value: str, name: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ModelLoadError(f"parameter '{name}' must be 1 or 0 (true or false), not '{value}'")
 
 
 def _count(value: str, name: str) -> int:
@@ -68,7 +59,7 @@ def _tensorrt_options(parameters: dict[str, str], device_id: int) -> dict[str, A
         elif key in _TRT_INT:
             options[_TRT_INT[key] or key] = _count(value, key)
         elif key in _TRT_BOOL:
-            options[_TRT_BOOL[key] or key] = _flag(value, key)
+            options[_TRT_BOOL[key] or key] = parameter_flag(value, key)
         elif key in _TRT_STRING:
             options[_TRT_STRING[key] or key] = value
         else:
@@ -87,9 +78,9 @@ def session_plan(ort: Any, config: Any, parameters: dict[str, str], use_gpu: boo
         mode = _count(parameters["execution_mode"], "execution_mode")
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if mode == 1 else ort.ExecutionMode.ORT_SEQUENTIAL
     if "enable_mem_arena" in parameters:
-        options.enable_cpu_mem_arena = _flag(parameters["enable_mem_arena"], "enable_mem_arena")
+        options.enable_cpu_mem_arena = parameter_flag(parameters["enable_mem_arena"], "enable_mem_arena")
     if "enable_mem_pattern" in parameters:
-        options.enable_mem_pattern = _flag(parameters["enable_mem_pattern"], "enable_mem_pattern")
+        options.enable_mem_pattern = parameter_flag(parameters["enable_mem_pattern"], "enable_mem_pattern")
     if "session.use_device_allocator_for_initializers" in parameters:
         options.add_session_config_entry("session.use_device_allocator_for_initializers",
                                          parameters["session.use_device_allocator_for_initializers"])

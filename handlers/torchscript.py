@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from handlers.base import HandlerContext, TensorHandler, require_module
+from handlers.base import HandlerContext, TensorHandler, parameter_flag, require_module
 from runtime.errors import InternalError, ModelLoadError
 
 _ACCEPTED = {"INFERENCE_MODE", "DISABLE_OPTIMIZED_EXECUTION", "ENABLE_JIT_EXECUTOR", "ENABLE_JIT_PROFILING",
@@ -23,14 +23,8 @@ _ACCEPTED = {"INFERENCE_MODE", "DISABLE_OPTIMIZED_EXECUTION", "ENABLE_JIT_EXECUT
 
 
 def _flag(parameters: dict[str, str], name: str, default: bool) -> bool:
-    value = parameters.get(name, "").strip().lower()
-    if not value:
-        return default
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off"):
-        return False
-    raise ModelLoadError(f"parameter '{name}' must be true or false, not '{parameters[name]}'")
+    value = parameters.get(name, "")
+    return parameter_flag(value, name) if value.strip() else default
 
 
 def apply_torch_parameters(torch, parameters: dict[str, str]) -> None:
