@@ -12,9 +12,8 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+from runtime.model import ModelState
 from runtime.server import Server, ServerOptions
-
-READY = "READY"
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class CheckRow:
 
     @property
     def ok(self) -> bool:
-        return self.state == READY
+        return self.state == ModelState.READY.value
 
 
 async def check_repository(options: ServerOptions, unload_timeout: float = 30.0) -> list[CheckRow]:
@@ -40,7 +39,8 @@ async def check_repository(options: ServerOptions, unload_timeout: float = 30.0)
         rows = server.manager.index()
     finally:
         await server.manager.unload_all(time.monotonic() + unload_timeout)
-    return [CheckRow(row["name"], row.get("version", ""), row.get("state", "UNAVAILABLE"), row.get("reason", ""))
+    unavailable = ModelState.UNAVAILABLE.value
+    return [CheckRow(row["name"], row.get("version", ""), row.get("state", unavailable), row.get("reason", ""))
             for row in rows]
 
 

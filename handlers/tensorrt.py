@@ -6,12 +6,12 @@ has been available to build and test it): there too the model says so, rather th
 
 from __future__ import annotations
 
-from handlers.base import TensorHandler
+from handlers.base import ModelHandler
 from runtime.devices import gpu_count
 from runtime.errors import ModelLoadError
 
 
-class TensorRtHandler(TensorHandler):
+class TensorRtHandler(ModelHandler):
     def load(self) -> None:
         self.context.require_model_file()
         if not (self.context.use_gpu and gpu_count()):
@@ -20,11 +20,5 @@ class TensorRtHandler(TensorHandler):
         raise ModelLoadError("tensorrt_plan models are not served by this server yet: convert the model to ONNX "
                              "and use ONNX Runtime's tensorrt execution accelerator on this GPU")
 
-    def prepare(self, inputs):  # never reached: load always fails
-        raise NotImplementedError
-
-    def infer(self, feeds):
-        raise NotImplementedError
-
-    def collect(self, results):
+    def execute(self, requests):  # never reached: load always fails
         raise NotImplementedError
