@@ -38,6 +38,19 @@ def resources(pid: int) -> dict[str, int]:
             "fds": len(list(Path(f"/proc/{pid}/fd").iterdir()))}
 
 
+def settled_resources(pid: int, timeout: float = 3.0) -> dict[str, int]:
+    """``resources`` once the server has closed the connections a load just dropped (the file-descriptor count
+    stops moving), so that two snapshots compare steady states, not sockets caught mid-close."""
+    deadline = time.monotonic() + timeout
+    current = resources(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        previous, current = current, resources(pid)
+        if current["fds"] == previous["fds"]:
+            break
+    return current
+
+
 async def _load(url: str, seconds: float, clients: int) -> tuple[list[int], list[float], list[bool]]:
     statuses: list[int] = []
     latencies: list[float] = []
@@ -68,9 +81,9 @@ def test_overload_soak_keeps_resources_flat(tmp_path):
     try:
         pid = process.process.pid
         asyncio.run(_load(process.http_url, 2.0, 64))  # warm: pools, caches and threads reach their size
-        before = resources(pid)
+        before = settled_resources(pid)
         statuses, latencies, alive = asyncio.run(_load(process.http_url, 8.0, 64))
-        after = resources(pid)
+        after = settled_resources(pid)
         assert set(statuses) <= {200, 503}, sorted(set(statuses))
         assert statuses.count(503) > 0 and statuses.count(200) > 100  # really overloaded, and still serving
         latencies.sort()
