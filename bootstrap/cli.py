@@ -153,7 +153,7 @@ def _source(settings: FunctionSettings) -> ObjectStoreSource | None:
 
 
 def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None) -> ServerOptions:
-    from runtime.grpc.server import GrpcLimits
+    from runtime.grpc.limits import GrpcLimits
     from runtime.http.server import HttpLimits
     from runtime.server import ServerOptions
 

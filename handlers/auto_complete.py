@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritonclient.grpc.model_config_pb2 import ModelConfig
+from runtime.protocol.model_config_pb2 import ModelConfig
 
 
 def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:

@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
-
 from runtime.errors import ModelLoadError
+from runtime.protocol.model_config_pb2 import DataType, ModelConfig
 from runtime.repository import newest_model_file
 
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=onnxruntime,default-max-batch-size default

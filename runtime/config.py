@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
-from tritonclient.grpc import model_config_pb2
 
 from runtime.datatypes import DATATYPES, config_type_to_datatype
 from runtime.ensemble_config import EnsembleStep, ensemble_steps
 from runtime.errors import ModelLoadError
+from runtime.protocol import model_config_pb2
 from runtime.sequence_config import SequenceSpec, sequence_spec
 
 ModelConfig = model_config_pb2.ModelConfig

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tritonclient.grpc.model_config_pb2 import ModelConfig
-
 from runtime.config import ModelSpec, read_model_config, spec_from_config
 from runtime.errors import ModelLoadError
+from runtime.protocol.model_config_pb2 import ModelConfig
 
 # Completes a model's config as written (Triton's auto-complete: a Python model's auto_complete_config, an ONNX
 # model's graph).

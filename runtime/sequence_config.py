@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2
-
 from runtime.datatypes import config_type_to_datatype
 from runtime.errors import ModelLoadError
+from runtime.protocol import model_config_pb2
 
 DEFAULT_IDLE_SECONDS = 1.0  # Triton's default max_sequence_idle_microseconds
 _KINDS = ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_CORRID")

@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from runtime.cache import ResponseCache
 from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
 from runtime.devices import gpu_count
-from runtime.grpc.server import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits, create_grpc_server
+from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.http.app import create_http_app, create_metrics_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer
@@ -108,8 +109,11 @@ class Server:
             logger.warning("no auth token configured: every endpoint is open to anyone who can reach it")
         listeners: list[HttpServer] = []
         grpc_server = None
+        after_load: list[Callable[[], None]] = []  # start-up work that waits until the cold start's models are loaded
         try:
             if options.grpc_port is not None:
+                from runtime.grpc.server import create_grpc_server  # grpc loads only when gRPC is served
+
                 address = f"{options.host}:{options.grpc_port}"
                 grpc_server = create_grpc_server(self.service, address, options.grpc_max_message_bytes, auth,
                                                  options.grpc_limits)
@@ -121,6 +125,7 @@ class Server:
                 listeners.append(HttpServer(app, options.host, options.http_port, options.http_limits))
             if options.metrics_port is not None:
                 metrics = create_metrics_app(self.service, auth)
+                after_load.append(metrics.state.prepare_metrics)
                 listeners.append(HttpServer(metrics, options.host, options.metrics_port, options.http_limits))
             for listener in listeners:
                 await listener.start()
@@ -134,7 +139,7 @@ class Server:
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", options.host, options.http_port)
         if options.metrics_port is not None:
             logger.info("metrics on %s:%d/metrics", options.host, options.metrics_port)
-        background = [asyncio.create_task(self._initial_load(stop))]
+        background = [asyncio.create_task(self._initial_load(stop, after_load))]
         if options.idle_timeout > 0:
             background.append(asyncio.create_task(self._exit_when_idle(stop)))
         stopped = asyncio.create_task(stop.wait())
@@ -168,7 +173,7 @@ class Server:
             if self.exit_code == EXIT_OK:
                 self.exit_code = EXIT_CUT_OFF
 
-    async def _initial_load(self, stop: asyncio.Event) -> None:
+    async def _initial_load(self, stop: asyncio.Event, after_load: list[Callable[[], None]]) -> None:
         try:
             await self.control.initial_load()
         except Exception as exc:  # noqa: BLE001 - a cold start that cannot list its models is fatal
@@ -179,6 +184,8 @@ class Server:
         self.service.initial_load_done = True
         ready = sum(1 for row in self.manager.index() if row.get("state") == "READY")
         logger.info("initial load finished: %d model version(s) ready", ready)
+        for prepare in after_load:
+            prepare()
         if self.options.model_control == "poll":
             await self.control.poll_forever()
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
 
 from runtime.config import ModelSpec
 from runtime.datatypes import array_from_buffer, config_type_to_datatype, element_count, numpy_dtype
 from runtime.errors import ModelLoadError, ServingError
+from runtime.protocol import model_config_pb2
 from runtime.types import InferRequest, InferTensor
 
 WARMUP_FOLDER = "warmup"

@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 from google.protobuf import json_format
-from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from runtime.config import config_to_json_dict
 from runtime.errors import ModelLoadError
+from runtime.protocol.model_config_pb2 import ModelConfig
 from runtime.repository import PYTHON_MODEL_FILE, newest_model_file
 
 AUTO_COMPLETE_TIMEOUT = 120.0

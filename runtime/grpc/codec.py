@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
-from tritonclient.grpc import service_pb2
 
 from runtime.classification import PARAMETER as CLASSIFICATION
 from runtime.datatypes import array_to_buffer, numpy_dtype
 from runtime.errors import InvalidArgument
+from runtime.protocol import service_pb2
 from runtime.shared_memory import REGION_PARAMETER, require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 

@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import grpc
-from tritonclient.grpc import service_pb2
 
 from runtime.auth import TokenAuth
 from runtime.core import InferenceService
 from runtime.errors import Unauthenticated
+from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
-
-DEFAULT_MAX_MESSAGE_BYTES = 128 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class GrpcLimits:
-    """Connection and stream limits of the gRPC listener (function.yaml ``server.grpc``)."""
-
-    handshake_timeout: float = 30.0  # seconds for a new connection to complete its HTTP/2 preface
-    ping_interval: float = 30.0  # seconds between keep-alive pings; a peer that does not answer is dropped
-    stream_max_in_flight: int = 64  # ModelStreamInfer: requests running or answered-but-unsent per stream
+from runtime.protocol import service_pb2
 
 
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):

@@ -7,11 +7,11 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from runtime.core import InferenceService
 from runtime.errors import InvalidArgument, ServingError, Status, Unsupported
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
+from runtime.protocol import service_pb2
 from runtime.types import InferRequest, StreamResponse
 
 logger = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def _require_default_repository(request) -> None:
         raise Unsupported("'repository_name' specification is not supported")
 
 
-class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+class InferenceServicer:
     """Implements each RPC by calling the core and converting the result."""
 
     def __init__(self, service: InferenceService, stream_max_in_flight: int = 64) -> None:

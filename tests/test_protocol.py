@@ -1,0 +1,40 @@
+"""The vendored protocol modules are tritonclient's, and a server start does not import what it does not use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from vendor_protocol import MODULES, TARGET, generated_sources  # noqa: E402
+
+
+def test_vendored_modules_are_the_pinned_wheels_files():
+    """A tritonclient pin moved without running scripts/vendor_protocol.py fails here."""
+    for name, text in generated_sources().items():
+        assert (TARGET / f"{name}.py").read_text(encoding="utf-8") == text, f"rerun scripts/vendor_protocol.py ({name})"
+    assert {path.stem for path in TARGET.glob("*_pb2.py")} == set(MODULES)
+
+
+def test_vendored_classes_are_tritonclients_own():
+    from tritonclient.grpc import model_config_pb2, service_pb2
+
+    from runtime.protocol import model_config_pb2 as ours_config
+    from runtime.protocol import service_pb2 as ours_service
+
+    assert ours_config.ModelConfig is model_config_pb2.ModelConfig
+    assert ours_service.ModelInferRequest is service_pb2.ModelInferRequest
+    assert isinstance(ours_config.ModelConfig(name="m"), model_config_pb2.ModelConfig)
+
+
+def test_start_up_imports_leave_out_what_is_loaded_on_demand():
+    """``bootstrap run``'s modules alone load neither the client package, gRPC, YAML, metrics, nor any framework:
+    each comes when a flag, a file, a scrape or a model asks for it."""
+    probe = ("import sys, bootstrap.cli, runtime.server; "
+             "print(sorted(m for m in ('tritonclient', 'grpc', 'yaml', 'prometheus_client', 'psutil', 'watchdog', "
+             "'onnx', 'onnxruntime', 'torch', 'boto3', 'tensorflow', 'openvino') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
