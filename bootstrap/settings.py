@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bootstrap.cache import default_cache_dir
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
 
@@ -262,6 +260,8 @@ def load_settings(path: Path | None) -> FunctionSettings:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SettingsError(f"cannot read {path}: {exc.strerror}") from None
+    import yaml  # only when there is a file to read: it is a good part of a cold start's imports otherwise
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

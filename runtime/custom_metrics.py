@@ -13,11 +13,12 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-from prometheus_client.core import Metric
+from typing import TYPE_CHECKING, Any
 
 from runtime.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 KINDS = {"COUNTER": "counter", "GAUGE": "gauge", "HISTOGRAM": "histogram"}
 MAX_SERIES = 10_000
@@ -159,6 +160,8 @@ class CustomMetrics:
 
     def collect(self) -> Iterator[Metric]:
         """The families as prometheus_client Metrics (a registry collector)."""
+        from prometheus_client.core import Metric
+
         with self._lock:
             families = [(f.name, f.description, f.kind, list(f.series.items())) for f in self._families.values()]
         for name, description, kind, series in sorted(families):

@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from handlers.onnx import check_external_data
+from handlers.base import HandlerContext
+from handlers.onnx import OnnxRuntimeHandler, check_external_data
+from runtime.config import parse_model_config
 from runtime.errors import ModelLoadError
+from tests.support import add_sub_config
 
 OUTSIDE = "../../../etc/passwd"
 
@@ -84,3 +87,34 @@ def test_external_data_outside_the_folder_is_refused(tmp_path, build):
 def test_external_data_inside_the_folder_is_allowed(tmp_path, build):
     graph, functions = build("weights.bin")
     check_external_data(_save(tmp_path / "model.onnx", graph, functions))
+
+
+def test_a_model_without_external_data_is_not_parsed_again(tmp_path):
+    """The check reads a model with no external tensor without importing onnx (a cold start's time)."""
+    import subprocess
+    import sys
+
+    inputs, outputs = _io()
+    plain = _save(tmp_path / "plain.onnx", helper.make_graph([helper.make_node("Identity", ["X"], ["Y"])], "g",
+                                                              inputs, outputs))
+    external = _save(tmp_path / "external.onnx", sparse_initializer("weights.bin")[0])
+    probe = ("import sys; from pathlib import Path; from handlers.onnx import check_external_data; "
+             "check_external_data(Path(sys.argv[1])); print('onnx' in sys.modules)")
+    root = Path(__file__).resolve().parents[1]
+    imported = [subprocess.run([sys.executable, "-c", probe, str(path)], cwd=root, capture_output=True, text=True,
+                               check=True).stdout.strip() for path in (plain, external)]
+    assert imported == ["False", "True"]
+
+
+def test_a_corrupt_model_fails_its_load_either_way(tmp_path):
+    """Bytes that look like an external-data entry are parsed (and refused); other garbage reaches onnxruntime."""
+    (tmp_path / "marked.onnx").write_bytes(b"\xff" * 16 + b"\x0a\x08location" + b"\xff" * 16)
+    with pytest.raises(ModelLoadError, match="cannot parse ONNX model"):
+        check_external_data(tmp_path / "marked.onnx")
+    garbage = tmp_path / "garbage" / "1" / "model.onnx"
+    garbage.parent.mkdir(parents=True)
+    garbage.write_bytes(b"\xff" * 64)
+    spec = parse_model_config(add_sub_config('platform: "onnxruntime_onnx"'), "garbage")
+    handler = OnnxRuntimeHandler(HandlerContext(spec=spec, version=1, repository_dir=tmp_path))
+    with pytest.raises(ModelLoadError, match="onnxruntime could not load the model"):
+        handler.load()

@@ -32,7 +32,6 @@ from runtime.http.body import (
 )
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
 from runtime.http.generate import GenerateEndpoints
-from runtime.metrics import CONTENT_TYPE, metrics_registry, render_metrics
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -339,16 +338,32 @@ def create_http_app(
 
 
 def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None) -> Starlette:
-    """Prometheus ``/metrics`` (served on its own port, 8002 by default)."""
+    """Prometheus ``/metrics`` (served on its own port, 8002 by default).
 
-    registry = metrics_registry(service.manager, service.cache)
-    registry.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
+    prometheus_client and psutil load with the registry, which is made by the first scrape or by
+    ``app.state.prepare_metrics()`` (the server calls it once the cold start's models are loaded), so they
+    stay off the path to ready.
+    """
+    registry = None
+
+    def prepare_metrics() -> None:
+        nonlocal registry
+        if registry is None:
+            from runtime.metrics import metrics_registry
+
+            registry = metrics_registry(service.manager, service.cache)
+            registry.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
 
     async def metrics(request: Request) -> Response:
+        from runtime.metrics import CONTENT_TYPE, render_metrics
+
+        prepare_metrics()
         return Response(render_metrics(registry), media_type=CONTENT_TYPE)
 
-    return Starlette(
+    app = Starlette(
         routes=[Route("/metrics", metrics, methods=["GET"])],
         middleware=[Middleware(TokenAuthMiddleware, auth=auth, exempt_health=False)] if auth else [],
         exception_handlers={HTTPException: _http_error, Exception: _unexpected_error},
     )
+    app.state.prepare_metrics = prepare_metrics
+    return app
