@@ -32,6 +32,7 @@ from runtime.http.body import (
 )
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
 from runtime.http.generate import GenerateEndpoints
+from runtime.http.infer_route import InferRoute
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -224,14 +225,15 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``, cancelling it (so a queued request never runs) if the client disconnects."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
+    watcher.add_done_callback(lambda _: task.cancel())  # a no-op once the work is done
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        return await task
+    except asyncio.CancelledError:
+        if watcher.done() and not watcher.cancelled():  # the client left, not the server cancelling us
+            raise Cancelled("the client disconnected") from None
+        raise
     finally:
         watcher.cancel()
-    if not task.done():
-        task.cancel()
-        raise Cancelled("the client disconnected")
-    return task.result()
 
 
 async def _disconnected(request: Request) -> None:
@@ -284,8 +286,9 @@ def create_http_app(
     exempt_health: bool = True,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     json_budget: int = DEFAULT_JSON_BUDGET_BYTES,
-) -> Starlette:
-    """The Starlette application serving the V2 REST protocol."""
+) -> ASGIApp:
+    """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
+    (``InferRoute``) and, given ``auth``, every request checked before either."""
     endpoints = V2Endpoints(service, max_body_bytes, body_timeout, json_budget)
     generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
@@ -323,18 +326,11 @@ def create_http_app(
             Route(prefix + "/generate", generate.generate, methods=["POST"]),
             Route(prefix + "/generate_stream", generate.generate_stream, methods=["POST"]),
         ]
-    middleware = [Middleware(TokenAuthMiddleware, auth=auth, exempt_health=exempt_health)] if auth else []
-    app = Starlette(
-        routes=routes,
-        middleware=middleware,
-        exception_handlers={
-            ServingError: _serving_error,
-            HTTPException: _http_error,
-            Exception: _unexpected_error,
-        },
-    )
+    exception_handlers = {ServingError: _serving_error, HTTPException: _http_error, Exception: _unexpected_error}
+    app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect
-    return app
+    served = InferRoute(app, endpoints.infer, exception_handlers)
+    return TokenAuthMiddleware(served, auth, exempt_health) if auth else served
 
 
 def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None) -> Starlette:
