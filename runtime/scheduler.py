@@ -208,8 +208,13 @@ class Scheduler:
         deadline = time.monotonic() + self.wait_window(total)
         while total < self.target_batch and (remaining := deadline - time.monotonic()) > 0:
             self._arrival.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrival.wait(), remaining)
+            # A timer that sets the event, rather than wait_for (a task and a timer per wait): waiting to fill
+            # a batch happens at every batch under load.
+            timer = asyncio.get_running_loop().call_later(remaining, self._arrival.set)
+            try:
+                await self._arrival.wait()
+            finally:
+                timer.cancel()
             total = self._take_compatible(batch, total)
         return batch
 

@@ -155,7 +155,7 @@ def build_repository(root: Path) -> Path:
     return root
 
 
-def _pinned(cpu: int) -> list[str]:
+def pinned(cpu: int) -> list[str]:
     return ["taskset", "-c", str(cpu)] if (os.cpu_count() or 1) > 1 and shutil.which("taskset") else []
 
 
@@ -171,7 +171,7 @@ def start_triton(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int
     server = home / "tritonserver"
     cwd = workdir / "triton-cwd"  # no triton_python_backend_utils.py here: the stub would import it first
     cwd.mkdir()
-    command = [*_pinned(0), str(server / "bin" / "tritonserver"), f"--model-repository={repository}",
+    command = [*pinned(0), str(server / "bin" / "tritonserver"), f"--model-repository={repository}",
                f"--backend-directory={server / 'backends'}", f"--cache-directory={server / 'caches'}",
                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
                f"--http-port={http}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics}"]
@@ -181,7 +181,7 @@ def start_triton(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int
 
 def start_ours(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int, int]:
     http, grpc_port, metrics = free_port(), free_port(), free_port()
-    command = [*_pinned(0), sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
+    command = [*pinned(0), sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
                "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc_port),
                "--metrics-port", str(metrics), "--device", "cpu"]
     log = open(workdir / "ours.log", "wb")  # noqa: SIM115
@@ -278,7 +278,7 @@ asyncio.run(main())
 
 def load(protocol: str, port: int, model: str, concurrency: int, requests: int) -> dict:
     """The closed-loop client in a process of its own, pinned to CPU 1."""
-    command = [*_pinned(1), sys.executable, "-c", LOAD, protocol, f"127.0.0.1:{port}", model, str(concurrency),
+    command = [*pinned(1), sys.executable, "-c", LOAD, protocol, f"127.0.0.1:{port}", model, str(concurrency),
                str(requests), json.dumps(SHAPES[model])]
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
 

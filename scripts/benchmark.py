@@ -19,6 +19,13 @@ throughput and p50/p99 latency, plus these ratios:
 - side by side with real Triton 2.51 (scripts/bench_vs_triton.py): three Python-backend models,
   each server on one CPU, the client on another, as ours / Triton ratios (--skip-triton leaves it out).
 
+Every server (ours, the echo server, MLServer) starts on CPU 0, bare onnxruntime is measured from CPU 0 too, and
+the load generator runs on the other CPUs, so the client's own CPU is not taken from the servers (on a one-CPU
+machine nothing is pinned). onnxruntime pins its intra-op threads to cores of its own choosing, outside that
+mask, in the server and in the bare measurement alike. Bare onnxruntime is measured twice: with the session
+options our server gives the model (intra-op threads that do not spin: the ratios and the target use this one,
+so that the two differ only by the serving), and with onnxruntime's defaults (spinning threads), for reference.
+
 Results also go to a JSON file.  Nothing here is a test: the numbers depend on the machine.
 """
 
@@ -49,7 +56,16 @@ sys.path.insert(0, str(ROOT))
 from examples.build_models import build_dense_onnx, save_onnx  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_vs_triton import print_ratios, ratios, side_by_side  # noqa: E402
+from bench_vs_triton import pinned, print_ratios, ratios, side_by_side  # noqa: E402
+
+SERVER_CPU = 0  # every server, and bare onnxruntime; the load generator gets the rest
+PINNING = (os.cpu_count() or 1) > 1 and hasattr(os, "sched_setaffinity")
+
+
+def pin_client() -> None:
+    """This process (the load generator) off the servers' CPU."""
+    if PINNING:
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)) - {SERVER_CPU})
 
 WIDTH, LAYERS = 1024, 8
 IDENTITY_WIDTH = 16
@@ -214,11 +230,28 @@ def build_identity_onnx(path: Path) -> None:
     save_onnx(graph, path)
 
 
-def bare_onnxruntime(model_path: Path, width: int, batch_sizes: list[int], seconds: float) -> dict[int, dict]:
-    """Samples per second of session.run in this process, one call at a time, per batch size."""
+def server_session_options(config_text: str):
+    """The SessionOptions our ONNX handler makes from ``config_text`` (threads, spinning, graph level): bare
+    onnxruntime run with them differs from the server only by the serving."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    from handlers.onnx_options import session_plan
+    from runtime.config import parse_model_config
+
+    spec = parse_model_config(config_text, "dense")
+    return session_plan(ort, spec.proto, spec.parameters, False, 0).options
+
+
+def bare_onnxruntime(model_path: Path, width: int, batch_sizes: list[int], seconds: float,
+                     options=None) -> dict[int, dict]:
+    """Samples per second of session.run in this process, one call at a time, per batch size, started on the
+    servers' CPU (onnxruntime places its own intra-op threads, as it does in the server); ``options``: the
+    session's, onnxruntime's defaults when None."""
+    import onnxruntime as ort
+
+    if PINNING:
+        os.sched_setaffinity(0, {SERVER_CPU})
+    session = ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
     result = {}
     for batch in batch_sizes:
         feeds = {"INPUT0": np.random.default_rng(0).standard_normal((batch, width)).astype(np.float32)}
@@ -314,7 +347,7 @@ class OurServer:
         self.http_port, self.grpc_port = free_port(), free_port()
         self.log = open(repository.parent / "server.log", "wb")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
+            [*pinned(SERVER_CPU), sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
              "--host", "127.0.0.1", "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
              "--no-metrics", "--device", "cpu", "--log-level", "WARNING"],
             cwd=ROOT, stdout=self.log, stderr=self.log)
@@ -334,7 +367,8 @@ class EchoServer:
 
     def __init__(self) -> None:
         self.grpc_port = free_port()
-        self.process = subprocess.Popen([sys.executable, __file__, "--echo-server", str(self.grpc_port)], cwd=ROOT)
+        self.process = subprocess.Popen([*pinned(SERVER_CPU), sys.executable, __file__, "--echo-server",
+                                         str(self.grpc_port)], cwd=ROOT)
         import grpc
         from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -430,7 +464,8 @@ class MLServer:
             model_settings |= {"max_batch_size": MAX_BATCH, "max_batch_time": 0.002}
         (folder / "dense" / "model-settings.json").write_text(json.dumps(model_settings))
         self.log = open(folder / "mlserver.log", "wb")  # noqa: SIM115
-        self.process = subprocess.Popen([str(venv / "bin" / "mlserver"), "start", str(folder)], cwd=folder,
+        self.process = subprocess.Popen([*pinned(SERVER_CPU), str(venv / "bin" / "mlserver"), "start", str(folder)],
+                                        cwd=folder,
                                         stdout=self.log, stderr=self.log, start_new_session=True)
         wait_http(f"http://127.0.0.1:{self.http_port}/v2/models/dense/ready", process=self.process)
 
@@ -484,8 +519,8 @@ def find(results: Results, target: str, model: str, protocol: str, concurrency: 
 
 def summarize(results: Results, concurrency: tuple[int, ...]) -> None:
     bare = results.bare_onnxruntime["dense"]
-    ratios: dict = {"vs_bare_same_request_batch": {}, "vs_bare_same_executed_batch": {}, "batching_on_vs_off": {},
-                    "vs_mlserver": {}}
+    ratios: dict = {"vs_bare_same_request_batch": {}, "vs_bare_same_executed_batch": {},
+                    "vs_bare_ort_defaults_same_executed_batch": {}, "batching_on_vs_off": {}, "vs_mlserver": {}}
     for protocol in ("grpc", "http"):
         for c in concurrency:
             on = find(results, "ours", "dense", protocol, c)
@@ -497,6 +532,8 @@ def summarize(results: Results, concurrency: tuple[int, ...]) -> None:
             if on.mean_executed_batch:
                 nearest = min(bare, key=lambda b: abs(b - on.mean_executed_batch))
                 ratios["vs_bare_same_executed_batch"][key] = on.throughput / bare[nearest]["throughput"]
+                ratios["vs_bare_ort_defaults_same_executed_batch"][key] = (
+                    on.throughput / results.bare_onnxruntime["dense_ort_defaults"][nearest]["throughput"])
             ratios["batching_on_vs_off"][key] = on.throughput / off.throughput
             for suffix, ml_target in (("", "mlserver"), ("_both_batching", "mlserver+b")):
                 peer = find(results, ml_target, "dense", protocol, c)
@@ -556,14 +593,22 @@ async def main_async(args: argparse.Namespace) -> Results:
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
     try:
         repository = build_repository(workdir / "models")
-        print(f"bare onnxruntime (in process), {WIDTH}x{WIDTH} x{LAYERS} MLP", flush=True)
-        results.bare_onnxruntime["dense"] = bare_onnxruntime(repository / "dense" / "1" / "model.onnx", WIDTH,
-                                                             [1, 2, 4, 8, 16, 32, 64], seconds)
+        print(f"bare onnxruntime (in process, on CPU {SERVER_CPU} as the servers), {WIDTH}x{WIDTH} x{LAYERS} MLP",
+              flush=True)
+        dense_model, sizes = repository / "dense" / "1" / "model.onnx", [1, 2, 4, 8, 16, 32, 64]
+        results.bare_onnxruntime["dense"] = bare_onnxruntime(dense_model, WIDTH, sizes, seconds,
+                                                             server_session_options(DENSE_CONFIG.format(
+                                                                 max_batch=MAX_BATCH, width=WIDTH, batching="")))
+        results.bare_onnxruntime["dense_ort_defaults"] = bare_onnxruntime(dense_model, WIDTH, sizes, seconds)
         results.bare_onnxruntime["identity"] = bare_onnxruntime(repository / "identity" / "1" / "model.onnx",
                                                                 IDENTITY_WIDTH, [1], seconds)
+        defaults = results.bare_onnxruntime["dense_ort_defaults"]
+        print("  with the server's session options (no spinning threads); onnxruntime's defaults (spinning) after")
         for batch, row in results.bare_onnxruntime["dense"].items():
-            print(f"  batch {batch:3}: {row['throughput']:9.1f} samples/s  p50 {row['p50_ms']:.2f} ms")
+            print(f"  batch {batch:3}: {row['throughput']:9.1f} samples/s  p50 {row['p50_ms']:.2f} ms    "
+                  f"{defaults[batch]['throughput']:9.1f} samples/s  p50 {defaults[batch]['p50_ms']:.2f} ms")
         print(f"  identity batch 1: p50 {results.bare_onnxruntime['identity'][1]['p50_ms'] * 1e3:.0f} us")
+        pin_client()
         print("\ngRPC echo server (the floor: same client and grpc stack, no model, no validation)", flush=True)
         echo = EchoServer()
         try:
