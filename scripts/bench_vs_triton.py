@@ -207,6 +207,20 @@ def stop_tree(process: subprocess.Popen) -> None:
     time.sleep(2)
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) the server and every process under it have used so far: per request, steadier
+    than a rate on a shared machine, and it counts the model processes (Triton's stubs, our workers) too."""
+    total = 0.0
+    root = _process(pid)
+    for process in [root, *root.children(recursive=True)] if root else []:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def _process(pid: int) -> psutil.Process | None:
     try:
         return psutil.Process(pid)
@@ -300,11 +314,15 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32), p
                     for model in MODELS:
                         count = requests if model == "add_sub_batch" else requests // 3
                         for c in concurrency:
+                            before = tree_cpu_seconds(process.pid)
                             row = {"server": server, "protocol": protocol, "model": model, "c": c,
                                    **load(protocol, port, model, c, count)}
+                            # the load's warm-up requests count too: 20 of them, besides the measured ones
+                            row["cpu_us"] = (tree_cpu_seconds(process.pid) - before) / (count + 20) * 1e6
                             rows.append(row)
                             print(f"  {server:6} {protocol:4} {model:13} c={c:<3} {row['rps']:8.1f} req/s  "
-                                  f"p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms", flush=True)
+                                  f"p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms  "
+                                  f"server CPU {row['cpu_us']:.0f} us/req", flush=True)
             finally:
                 stop_tree(process)
     finally:
@@ -323,17 +341,21 @@ def ratios(rows: list[dict]) -> list[dict]:
         theirs = triton.get((row["protocol"], row["model"], row["c"]))
         if row["server"] == "ours" and theirs:
             out.append({"protocol": row["protocol"], "model": row["model"], "c": row["c"],
-                        "ratio": row["rps"] / theirs["rps"], "ours": row["rps"], "triton": theirs["rps"]})
+                        "ratio": row["rps"] / theirs["rps"], "ours": row["rps"], "triton": theirs["rps"],
+                        "cpu_ratio": theirs["cpu_us"] / row["cpu_us"], "ours_cpu_us": row["cpu_us"],
+                        "triton_cpu_us": theirs["cpu_us"]})
     return out
 
 
 def print_ratios(table: list[dict]) -> None:
-    print("\nours / Triton (requests per second, same run; target at c=32)")
+    print("\nours / Triton (requests per second, same run; target at c=32), and Triton's server CPU per request /"
+          " ours (the same measure of efficiency, less moved by a busy machine)")
     for row in table:
         goal = TARGETS.get(row["model"]) if row["c"] == 32 else None
         verdict = "" if goal is None else f"  target {goal:.1f}x: {'met' if row['ratio'] >= goal else 'NOT met'}"
         print(f"  {row['protocol']:4} {row['model']:13} c={row['c']:<3} {row['ratio']:5.2f}x "
-              f"({row['ours']:.0f} vs {row['triton']:.0f}){verdict}")
+              f"({row['ours']:.0f} vs {row['triton']:.0f}){verdict}   CPU/req {row['cpu_ratio']:.2f}x "
+              f"({row['ours_cpu_us']:.0f} vs {row['triton_cpu_us']:.0f} us)")
 
 
 def main() -> None:

@@ -227,6 +227,11 @@ def test_unsupported_content_encoding(http):
 def test_unknown_route_and_method(http):
     _assert_error(http.get("/v2/nothing/here"), 404, "Not Found")
     assert http.get("/v2/models/simple_onnx/infer").status_code == 405
+    # the paths the infer route takes ahead of the router, and those it leaves to it, answer as Starlette's routes
+    _assert_error(_infer(http, "simple_onnx/versions/abc", {"inputs": _good_inputs()}), 404, "Not Found")
+    _assert_error(_infer(http, "simple_onnx/extra", {"inputs": _good_inputs()}), 404, "Not Found")
+    _assert_error(http.post("/v2/models/simple_onnx/infer/", json={}), 404, "Not Found")
+    _assert_error(_infer(http, "simple_onnx/versions/7", {"inputs": _good_inputs()}), 404, "simple_onnx")
 
 
 def test_server_keeps_serving_after_bad_input(http):
