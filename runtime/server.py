@@ -110,6 +110,10 @@ class Server:
         listeners: list[HttpServer] = []
         grpc_server = None
         after_load: list[Callable[[], None]] = []  # start-up work that waits until the cold start's models are loaded
+        listening = asyncio.Event()
+        # Models load while the listeners start: a Python model's worker starts on another core meanwhile, and
+        # nothing is served before the listeners are up anyway.
+        background = [asyncio.create_task(self._initial_load(stop, listening, after_load))]
         try:
             if options.grpc_port is not None:
                 from runtime.grpc.server import create_grpc_server  # grpc loads only when gRPC is served
@@ -131,15 +135,14 @@ class Server:
                 await listener.start()
         except OSError as exc:
             logger.error("%s", exc)
-            await asyncio.gather(*(listener.stop(0) for listener in listeners))
-            if grpc_server is not None:
-                await grpc_server.stop(0)
+            self.exit_code = EXIT_FAILED
+            await self._shutdown(listeners, grpc_server, background)
             return EXIT_FAILED
+        listening.set()
         if options.http_port is not None:
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", options.host, options.http_port)
         if options.metrics_port is not None:
             logger.info("metrics on %s:%d/metrics", options.host, options.metrics_port)
-        background = [asyncio.create_task(self._initial_load(stop, after_load))]
         if options.idle_timeout > 0:
             background.append(asyncio.create_task(self._exit_when_idle(stop)))
         stopped = asyncio.create_task(stop.wait())
@@ -173,7 +176,8 @@ class Server:
             if self.exit_code == EXIT_OK:
                 self.exit_code = EXIT_CUT_OFF
 
-    async def _initial_load(self, stop: asyncio.Event, after_load: list[Callable[[], None]]) -> None:
+    async def _initial_load(self, stop: asyncio.Event, listening: asyncio.Event,
+                            after_load: list[Callable[[], None]]) -> None:
         try:
             await self.control.initial_load()
         except Exception as exc:  # noqa: BLE001 - a cold start that cannot list its models is fatal
@@ -184,6 +188,7 @@ class Server:
         self.service.initial_load_done = True
         ready = sum(1 for row in self.manager.index() if row.get("state") == "READY")
         logger.info("initial load finished: %d model version(s) ready", ready)
+        await listening.wait()
         for prepare in after_load:
             prepare()
         if self.options.model_control == "poll":

@@ -144,4 +144,7 @@ def test_a_port_in_use_exits_1(tmp_path):
         process.http_port = taken.getsockname()[1]
         process.start(wait_ready=False)
         assert process.process.wait(60) == 1
-    assert "Address already in use" in process.log() or "address" in process.log().lower()
+    log = process.log()
+    assert "Address already in use" in log or "address" in log.lower()
+    # models start loading while the listeners bind: a bind failure winds the load down cleanly
+    assert "Traceback" not in log, log
