@@ -189,8 +189,8 @@ class Server:
         ready = sum(1 for row in self.manager.index() if row.get("state") == "READY")
         logger.info("initial load finished: %d model version(s) ready", ready)
         await listening.wait()
-        for prepare in after_load:
-            prepare()
+        for prepare in after_load:  # in a thread: the first requests may be arriving now
+            threading.Thread(target=prepare, daemon=True, name="after-load").start()
         if self.options.model_control == "poll":
             await self.control.poll_forever()
 

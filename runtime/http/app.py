@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -337,18 +338,21 @@ def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None)
     """Prometheus ``/metrics`` (served on its own port, 8002 by default).
 
     prometheus_client and psutil load with the registry, which is made by the first scrape or by
-    ``app.state.prepare_metrics()`` (the server calls it once the cold start's models are loaded), so they
-    stay off the path to ready.
+    ``app.state.prepare_metrics()`` (the server calls it in a thread of its own once the cold start's models are
+    loaded), so they stay off the path to ready and off the event loop that answers the first requests.
     """
     registry = None
+    making = threading.Lock()
 
     def prepare_metrics() -> None:
         nonlocal registry
-        if registry is None:
-            from runtime.metrics import metrics_registry
+        with making:
+            if registry is None:
+                from runtime.metrics import metrics_registry
 
-            registry = metrics_registry(service.manager, service.cache)
-            registry.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
+                made = metrics_registry(service.manager, service.cache)
+                made.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
+                registry = made
 
     async def metrics(request: Request) -> Response:
         from runtime.metrics import CONTENT_TYPE, render_metrics
