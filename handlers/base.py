@@ -121,6 +121,13 @@ class ExecutionTiming:
     output_ns: int = 0  # turning results back into arrays (conversions, IPC in, splitting a batch)
 
 
+class StartedExecution(Protocol):
+    """An execution begun by :meth:`ModelHandler.start_execute`: awaiting ``results`` gives one result per
+    request. Cancelling the wait abandons the answer, not the execution (the instance stays busy until it ends)."""
+
+    async def results(self) -> list[RequestResult]: ...
+
+
 class ModelHandler(abc.ABC):
     """A loaded model instance.  ``execute`` runs in a worker thread, never on the event loop.
 
@@ -149,6 +156,11 @@ class ModelHandler(abc.ABC):
     @property
     def unavailable_reason(self) -> str:
         return ""
+
+    def start_execute(self, requests: list[InferRequest]) -> StartedExecution | None:
+        """Begin ``requests`` on the event loop without blocking, where this instance can (a model in another
+        process); None: the scheduler runs :meth:`execute` in a worker thread instead."""
+        return None
 
     def cancel(self, request: InferRequest) -> None:
         """The client of a request this instance is executing went away (a model may notice)."""

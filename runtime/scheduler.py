@@ -260,7 +260,7 @@ class Scheduler:
         total = sum(item.batch_size for item in batch)
         started = time.perf_counter_ns()
         try:
-            results = await loop.run_in_executor(self.executor, self._execute, instance, batch)
+            results = await self._run(loop, instance, batch)
         except asyncio.CancelledError:  # unloading: nobody waits forever for this batch
             for item in batch:
                 if not item.future.done():
@@ -290,6 +290,23 @@ class Scheduler:
         if rescheduled:
             self._arrival.set()
 
+    async def _run(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler,
+                   batch: list[_Item]) -> list[RequestResult]:
+        """One execution of ``batch``: begun on the loop where the instance can (a model in another process), else
+        in a worker thread."""
+        if not self.concatenate:
+            instance.timing = ExecutionTiming()
+            started = instance.start_execute([item.request for item in batch])
+            if started is not None:
+                return self._checked(await started.results(), len(batch))
+        return await loop.run_in_executor(self.executor, self._execute, instance, batch)
+
+    def _checked(self, results: list[RequestResult], count: int) -> list[RequestResult]:
+        if len(results) != count:
+            error = InternalError(f"model '{self.spec.name}' returned {len(results)} results for {count}")
+            return [error] * count
+        return results
+
     def _execute(self, instance: ModelHandler, batch: list[_Item]) -> list[RequestResult]:
         """Runs in a worker thread: one execution for the whole batch."""
         requests = [item.request for item in batch]
@@ -298,10 +315,7 @@ class Scheduler:
             results = instance.execute(requests)
         else:
             results = _run_concatenated(instance, batch)
-        if len(results) != len(requests):
-            error = InternalError(f"model '{self.spec.name}' returned {len(results)} results for {len(requests)}")
-            return [error] * len(requests)
-        return results
+        return self._checked(results, len(requests))
 
 
 def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[RequestResult]:

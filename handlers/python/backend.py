@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
-from handlers.base import RESCHEDULE, HandlerContext, ModelHandler, RequestResult
+from handlers.base import RESCHEDULE, HandlerContext, ModelHandler, RequestResult, StartedExecution
 from handlers.python import bls
 from handlers.python.link import WorkerGone, WorkerLink
+from handlers.python.on_loop import start_on_loop
 from handlers.python.runner import (
     BLS_CHAIN,
     TRITON_CODE_BY_STATUS,
@@ -183,6 +184,10 @@ class PythonBackendHandler(ModelHandler):
             self._lock.release()
 
     # -- execution -------------------------------------------------------------------------------------------
+    def start_execute(self, requests: list[InferRequest]) -> StartedExecution | None:
+        """The batch sent to the worker from the event loop (``on_loop``), where nothing needs the blocking path."""
+        return start_on_loop(self, requests)
+
     def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
         started = time.perf_counter_ns()
         with self._lock:
