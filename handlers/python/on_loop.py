@@ -6,8 +6,9 @@ reader thread wakes it again with the answer. Here the loop writes the inputs in
 the batch itself, and the reader thread's answer resolves a loop future directly.
 
 Only the common case takes this path; the blocking one serves the rest unchanged: an in-process model, a
-decoupled model, inputs over ``ON_LOOP_INPUT_BYTES`` (their copy would hold the loop), a worker that is not
-alive (restarting it blocks), and an instance another thread holds (unload, a restart swapping the worker).
+decoupled model, inputs over ``ON_LOOP_INPUT_BYTES`` (their copy would hold the loop; a BYTES element counts as
+1 KiB), a worker that is not alive (restarting it blocks), and an instance another thread holds (unload, a
+restart swapping the worker).
 The instance's lock is held from the send until the answer is taken, as the blocking path holds it: unloading
 still waits for (or cuts off) a running execute.
 """
@@ -34,7 +35,7 @@ def start_on_loop(handler: PythonBackendHandler, requests: list[InferRequest]) -
     """Send ``requests`` to the handler's worker now, or None when they need the blocking path."""
     if handler._runner is not None or handler.spec.decoupled:
         return None
-    if sum(t.data.nbytes for r in requests for t in r.inputs if t.data is not None) > ON_LOOP_INPUT_BYTES:
+    if _input_bytes(requests) > ON_LOOP_INPUT_BYTES:
         return None
     if not handler._lock.acquire(blocking=False):
         return None
@@ -47,6 +48,17 @@ def start_on_loop(handler: PythonBackendHandler, requests: list[InferRequest]) -
     except BaseException:
         handler._lock.release()
         raise
+
+
+def _input_bytes(requests: list[InferRequest]) -> int:
+    """What writing the inputs into the arena copies, at most (a BYTES element counts as 1 KiB: measuring the
+    strings would cost as much as the copy)."""
+    total = 0
+    for request in requests:
+        for tensor in request.inputs:
+            if tensor.data is not None:
+                total += tensor.data.size * 1024 if tensor.data.dtype == object else tensor.data.nbytes
+    return total
 
 
 class WorkerExecution:
