@@ -67,6 +67,8 @@ def _parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int)
     if data.count(b"[", start, end) > 1:  # nesting only groups: the commas still separate
         data = b"[" + data[start:end].translate(None, b"[]") + b"]"
         start, end = 0, len(data)
+    if count > (end - start - 1) // 2:  # n numbers take at least 2n + 1 bytes: never allocate what the shape claims
+        raise _NotFast
     dtype = numpy_dtype(datatype)
     out = np.empty(count, dtype=dtype)
     buffer_type = _BUFFER_TYPE[datatype]
