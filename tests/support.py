@@ -161,6 +161,25 @@ def add_sub_config(header: str, datatype: str = "FP32", extra: str = "") -> str:
             f"output [\n  {tensors('OUTPUT0', 'OUTPUT1')}\n]\n{extra}")
 
 
+def assert_add_sub_answers(server: ServerProcess, protocol: str, model: str, batch: int, b: float) -> None:
+    """``model`` (``add_sub_config``'s tensors, FP32) answers a + b and a - b for a batch of ``batch`` rows over
+    ``protocol`` ("http" or "grpc"), asked with tritonclient."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+    a = np.arange(16 * batch, dtype=np.float32).reshape(batch, 16)
+    b_rows = np.full((batch, 16), b, dtype=np.float32)
+    inputs = [module.InferInput("INPUT0", [batch, 16], "FP32"), module.InferInput("INPUT1", [batch, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b_rows)
+    result = client.infer(model, inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b_rows)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b_rows)
+
+
 def python_model_source(body: str) -> str:
     """A model.py whose ``execute`` body is ``body`` (``requests`` in scope)."""
     return (

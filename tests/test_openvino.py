@@ -11,11 +11,10 @@ import httpx
 import numpy as np
 import openvino as ov
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from examples.build_models import build_add_sub_onnx
-from tests.support import ServerProcess, add_sub_config, write_model
+from tests.support import ServerProcess, add_sub_config, assert_add_sub_answers, write_model
 
 CONFIG = add_sub_config('backend: "openvino"', extra="""
 dynamic_batching { max_queue_delay_microseconds: 2000 }
@@ -49,16 +48,7 @@ def served(tmp_path_factory):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_an_openvino_model_answers_over_both_protocols(served, protocol):
-    module = httpclient if protocol == "http" else grpcclient
-    client = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
-    a = np.arange(32, dtype=np.float32).reshape(2, 16)
-    b = np.full((2, 16), 3.0, dtype=np.float32)
-    inputs = [module.InferInput("INPUT0", [2, 16], "FP32"), module.InferInput("INPUT1", [2, 16], "FP32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    result = client.infer("add_sub_ov", inputs)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert_add_sub_answers(served, protocol, "add_sub_ov", batch=2, b=3.0)
 
 
 def test_the_config_reads_as_tritons_and_requests_batch(served):

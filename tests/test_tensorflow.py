@@ -10,10 +10,9 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 
 from examples.build_models import EXAMPLE_REPOSITORY, build_example_models
-from tests.support import ServerProcess, add_sub_config, write_model
+from tests.support import ServerProcess, add_sub_config, assert_add_sub_answers, write_model
 
 
 def tf_add_sub_config(platform: str) -> str:
@@ -84,16 +83,7 @@ def served(tmp_path_factory):
 @pytest.mark.parametrize("model", ["add_sub_savedmodel", "add_sub_graphdef"])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_tensorflow_models_answer_over_both_protocols(served, model, protocol):
-    module = httpclient if protocol == "http" else grpcclient
-    client = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
-    a = np.arange(48, dtype=np.float32).reshape(3, 16)
-    b = np.full((3, 16), 0.5, dtype=np.float32)
-    inputs = [module.InferInput("INPUT0", [3, 16], "FP32"), module.InferInput("INPUT1", [3, 16], "FP32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    result = client.infer(model, inputs)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert_add_sub_answers(served, protocol, model, batch=3, b=0.5)
 
 
 def test_string_tensors_round_trip(served):
