@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bootstrap.settings import AUTH_TOKEN_ENV, FunctionSettings, SettingsError, check_load_models, load_settings
+from bootstrap.settings import (
+    AUTH_TOKEN_ENV,
+    FunctionSettings,
+    SettingsError,
+    check_load_models,
+    frontend_process_count,
+    load_settings,
+)
 from bootstrap.storage import StorageError, is_remote, parse_location
 
 if TYPE_CHECKING:
@@ -60,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds SIGTERM waits for in-flight requests and finalize (default 30)")
     run.add_argument("--cache-config", metavar="local,size=BYTES",
                      help="the response cache, as Triton's flag: 'local,size=N' (also function.yaml cache.size_bytes)")
+    run.add_argument("--frontend-processes", metavar="N|auto",
+                     help="processes serving HTTP and gRPC beside the one owning the models (0: that one serves)")
     run.add_argument("--response-cache-byte-size", type=int, metavar="BYTES", help="the response cache's size")
     sync = commands.add_parser("sync", help="download the repository from object storage into the cache, then exit "
                                             "(to bake the cache into an image, or as an init container)")
@@ -120,6 +129,9 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         settings.cache_dir = str(Path(args.cache_dir).resolve())
     if args.cache_config is not None:
         settings.response_cache_bytes = _cache_size(args.cache_config)
+    if args.frontend_processes is not None:
+        value = args.frontend_processes
+        settings.frontend_processes = frontend_process_count(int(value) if value.isdigit() else value)
     if args.response_cache_byte_size is not None:
         settings.response_cache_bytes = max(0, args.response_cache_byte_size)
     if args.host:
@@ -186,6 +198,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         server_name=settings.server_name,
         strict_readiness=settings.strict_readiness,
         cache_size_bytes=settings.response_cache_bytes,
+        frontend_processes=settings.frontend_processes,
         auto_complete_config=settings.auto_complete_config,
         auth_token=settings.auth_token,
         auth_exempt_health=settings.auth_exempt_health,

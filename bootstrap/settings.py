@@ -36,6 +36,7 @@ class FunctionSettings:
     max_connections: int = 4096
     max_streams_per_connection: int = 256  # HTTP/2
     stream_max_in_flight: int = 64
+    frontend_processes: int = 0  # processes serving HTTP and gRPC besides the one owning the models (0: it serves)
     json_decode_budget_bytes: int = 256 * 1024 * 1024
     server_name: str = "triton"
     strict_readiness: bool = True
@@ -160,7 +161,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                        "grpc_max_message_bytes", "default_max_queue_size", "header_timeout_seconds",
                                        "body_timeout_seconds", "max_connections", "max_streams_per_connection",
                                        "stream_max_in_flight", "json_decode_budget_bytes", "name",
-                                       "strict_readiness", "auto_complete_config"})
+                                       "strict_readiness", "auto_complete_config", "frontend_processes"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -199,6 +200,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight", "json_decode_budget_bytes"):
         setattr(settings, key, _positive_int(server, key, getattr(settings, key), "server"))
     settings.server_name = _optional_str(server, "name", "server") or settings.server_name
+    settings.frontend_processes = frontend_process_count(server.get("frontend_processes", 0))
     strict = server.get("strict_readiness", True)
     if not isinstance(strict, bool):
         raise SettingsError("server.strict_readiness must be true or false")
@@ -267,3 +269,17 @@ def load_settings(path: Path | None) -> FunctionSettings:
     except yaml.YAMLError as exc:
         raise SettingsError(f"{path} is not valid YAML: {exc}") from None
     return parse_settings(data, path.resolve().parent)
+
+
+MAX_FRONTEND_PROCESSES = 64
+
+
+def frontend_process_count(value: Any) -> int:
+    """``server.frontend_processes``: a count from 0 to 64, or ``auto`` (one per core this process may use)."""
+    if value == "auto":
+        return min(MAX_FRONTEND_PROCESSES, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                   else os.cpu_count() or 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FRONTEND_PROCESSES:
+        raise SettingsError(f"server.frontend_processes must be 'auto' or a whole number from 0 to "
+                            f"{MAX_FRONTEND_PROCESSES}, not {value!r}")
+    return value

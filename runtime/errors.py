@@ -40,6 +40,11 @@ class ServingError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple:
+        """Pickled with its status and whether a model raised it (front-end processes receive the core's errors
+        this way)."""
+        return _rebuild, (self.__class__, self.message, self.status, self.executed)
+
 
 class InvalidArgument(ServingError):
     status = Status.INVALID_ARG
@@ -83,3 +88,10 @@ class Cancelled(ServingError):
 
 class ModelLoadError(Exception):
     """A model could not be loaded; the message becomes its UNAVAILABLE reason."""
+
+
+def _rebuild(cls: type[ServingError], message: str, status: Status, executed: bool) -> ServingError:
+    error = cls(message, status)
+    if executed:
+        error.executed = True
+    return error

@@ -63,6 +63,7 @@ class ServerOptions:
     idle_timeout: float = 0.0  # exit after this long without requests (0: never)
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
     cache_size_bytes: int = 0  # the response cache's budget (0: no cache)
+    frontend_processes: int = 0  # >0: that many processes serve HTTP and gRPC, this one the models (frontends/)
 
 
 def _end_process_after(seconds: float, code: int) -> None:
@@ -114,8 +115,12 @@ class Server:
         # Models load while the listeners start: a Python model's worker starts on another core meanwhile, and
         # nothing is served before the listeners are up anyway.
         background = [asyncio.create_task(self._initial_load(stop, listening, after_load))]
+        pool = None
         try:
-            if options.grpc_port is not None:
+            if options.frontend_processes > 0:
+                pool = self._frontend_pool(auth)
+                await pool.start()
+            elif options.grpc_port is not None:
                 from runtime.grpc.server import create_grpc_server  # grpc loads only when gRPC is served
 
                 address = f"{options.host}:{options.grpc_port}"
@@ -123,7 +128,7 @@ class Server:
                                                  options.grpc_limits)
                 await grpc_server.start()
                 logger.info("gRPC endpoint on %s", address)
-            if options.http_port is not None:
+            if options.http_port is not None and pool is None:
                 app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health,
                                       options.http_limits.body_timeout, options.json_decode_budget)
                 listeners.append(HttpServer(app, options.host, options.http_port, options.http_limits))
@@ -136,7 +141,7 @@ class Server:
         except OSError as exc:
             logger.error("%s", exc)
             self.exit_code = EXIT_FAILED
-            await self._shutdown(listeners, grpc_server, background)
+            await self._shutdown(listeners, grpc_server, background, pool)
             return EXIT_FAILED
         listening.set()
         if options.http_port is not None:
@@ -153,12 +158,26 @@ class Server:
                 logger.error("a server stopped unexpectedly: %s", task.exception() if not task.cancelled() else "")
                 self.exit_code = EXIT_FAILED
         stopped.cancel()
-        await self._shutdown(listeners, grpc_server, background)
+        await self._shutdown(listeners, grpc_server, background, pool)
         self.service.shared_memory.close()  # unmap every region clients registered
         logger.info("stopped")
         return self.exit_code
 
-    async def _shutdown(self, listeners: list[HttpServer], grpc_server, background: list[asyncio.Task]) -> None:
+    def _frontend_pool(self, auth: TokenAuth | None):
+        from runtime.frontends.pool import FrontEndPool, FrontEndSettings
+
+        options = self.options
+        settings = FrontEndSettings(
+            index=0, host=options.host, http_port=options.http_port, grpc_port=options.grpc_port,
+            max_body_bytes=options.max_body_bytes, grpc_max_message_bytes=options.grpc_max_message_bytes,
+            json_decode_budget=options.json_decode_budget, http_limits=options.http_limits,
+            grpc_limits=options.grpc_limits, auth_token=auth.token if auth else None,
+            auth_exempt_health=options.auth_exempt_health, shutdown_timeout=options.shutdown_timeout,
+            log_level=logging.getLogger().getEffectiveLevel())
+        return FrontEndPool(self.service, options.frontend_processes, settings)
+
+    async def _shutdown(self, listeners: list[HttpServer], grpc_server, background: list[asyncio.Task],
+                        pool=None) -> None:
         timeout = self.options.shutdown_timeout
         deadline = time.monotonic() + timeout
         _end_process_after(timeout + EXIT_GRACE_SECONDS, EXIT_CUT_OFF)
@@ -170,6 +189,8 @@ class Server:
         stops = [listener.stop(timeout) for listener in listeners]
         if grpc_server is not None:
             stops.append(grpc_server.stop(timeout))
+        if pool is not None:
+            stops.append(pool.stop(timeout))
         results = await asyncio.gather(*stops, self.manager.unload_all(deadline), return_exceptions=True)
         if any(result is False for result in results) or self.manager.drain_incomplete:
             logger.warning("shutdown deadline reached: in-flight work was cut off")

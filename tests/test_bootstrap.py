@@ -45,7 +45,14 @@ def test_parse_settings_defaults_and_errors(tmp_path):
     assert settings.repository_path() == tmp_path / "repo"
     assert settings.http_port == 9000
     assert parse_settings({"server": {"http_port": None}}, tmp_path).http_port is None
+    assert settings.frontend_processes == 0
+    assert parse_settings({"server": {"frontend_processes": 3}}, tmp_path).frontend_processes == 3
+    assert parse_settings({"server": {"frontend_processes": "auto"}}, tmp_path).frontend_processes == len(
+        os.sched_getaffinity(0))
     for bad, fragment in [
+        ({"server": {"frontend_processes": -1}}, "server.frontend_processes"),
+        ({"server": {"frontend_processes": 65}}, "server.frontend_processes"),
+        ({"server": {"frontend_processes": True}}, "server.frontend_processes"),
         ({"server": {"http_port": 70000}}, "server.http_port"),
         ({"instance": {"device": "tpu"}}, "instance.device"),
         ({"unknown_key": 1}, "unknown function.yaml keys"),

@@ -25,10 +25,11 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_python_api_repository(tmp_path_factory.mktemp("python-api") / "models")
 
 
-@pytest.fixture(scope="module")
-def server(repository: Path):
+@pytest.fixture(scope="module", params=[0, 2], ids=["one-process", "two-front-ends"])
+def server(repository: Path, request: pytest.FixtureRequest):
+    """The server as one process, and with two front-end processes serving HTTP and gRPC over its models."""
     process = ServerProcess(repository, "--device", "cpu", "--model-control-mode", "explicit",
-                            "--load-model", "*").start(timeout=180)
+                            "--load-model", "*", "--frontend-processes", str(request.param)).start(timeout=180)
     process.wait_loaded()
     yield process
     assert process.stop() == 0, process.log()

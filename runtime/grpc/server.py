@@ -52,15 +52,17 @@ def create_grpc_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     auth: TokenAuth | None = None,
     limits: GrpcLimits | None = None,
+    reuse_port: bool = False,
 ) -> grpc.aio.Server:
-    """A bound (not yet started) grpc.aio server serving GRPCInferenceService on ``address``."""
+    """A bound (not yet started) grpc.aio server serving GRPCInferenceService on ``address``; ``reuse_port``:
+    one of several processes serving the port (SO_REUSEPORT), as front-end processes do."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
         interceptors=[TokenAuthInterceptor(auth)] if auth else [],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(reuse_port)),
             ("grpc.server_handshake_timeout_ms", int(limits.handshake_timeout * 1000)),
             ("grpc.keepalive_time_ms", int(limits.ping_interval * 1000)),
             ("grpc.keepalive_timeout_ms", int(limits.ping_interval * 1000)),

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from granian.constants import HTTPModes, Interfaces
 from granian.http import HTTP1Settings, HTTP2Settings
 from granian.log import LogLevels
+from granian.net import SocketHolder, SocketSpec
 from granian.server.embed import Server as EmbeddedGranian
 from starlette.types import ASGIApp
 
@@ -62,15 +63,14 @@ def _granian_logging() -> dict:
 
 
 class _Granian(EmbeddedGranian):
-    """Granian's embedded server, with one shared listening socket whose accept is deferred."""
+    """Granian's embedded server on a listening socket made (or inherited) before it starts."""
+
+    listener: SocketHolder
 
     def _init_shared_socket(self) -> None:
-        super()._init_shared_socket()
-        if self._ssp is not None:  # Linux: granian rebuilds the socket per worker; build it once here
-            self._shd = self._ssp.build()
-            self._sfd = self._shd.get_fd()
-            self._ssp = None
-        _defer_accept(self._sfd, seconds=5)
+        self._shd = self.listener
+        self._sfd = self.listener.get_fd()
+        self._ssp = None
 
 
 def _defer_accept(fd: int, seconds: int) -> None:
@@ -90,9 +90,14 @@ def _defer_accept(fd: int, seconds: int) -> None:
 class HttpServer:
     """Serves an ASGI app on ``host:port`` until :meth:`stop`."""
 
-    def __init__(self, app: ASGIApp, host: str, port: int, limits: HttpLimits | None = None) -> None:
+    def __init__(self, app: ASGIApp, host: str, port: int, limits: HttpLimits | None = None,
+                 listening_fd: int | None = None) -> None:
+        """``listening_fd``: serve a listening socket made by another process (a front end's, shared with the
+        server's other front ends) instead of binding ``host:port``."""
         limits = limits or HttpLimits()
         self.address = f"{host}:{port}"
+        self._listening_fd = listening_fd
+        self._backlog = limits.backlog
         self._server = _Granian(
             app,
             address=host,
@@ -113,9 +118,22 @@ class HttpServer:
         )
         self._task: asyncio.Task | None = None
 
+    def bind(self) -> int:
+        """Make the listening socket (OSError if the address cannot be bound); its descriptor."""
+        if self._listening_fd is not None:
+            self._server.listener = SocketHolder(self._listening_fd, False, self._backlog)
+        else:
+            check_bindable(self.address)
+            host, _, port = self.address.rpartition(":")
+            self._server.listener = SocketSpec(host, int(port), self._backlog).build()
+        fd = self._server.listener.get_fd()
+        _defer_accept(fd, seconds=5)
+        return fd
+
     async def start(self) -> None:
-        """Bind and start serving; OSError if the address cannot be bound."""
-        check_bindable(self.address)
+        """Bind (unless :meth:`bind` did) and start serving; OSError if the address cannot be bound."""
+        if not hasattr(self._server, "listener"):
+            self.bind()
         self._task = asyncio.create_task(self._server.serve())
         await asyncio.sleep(0)
 
@@ -139,7 +157,21 @@ class HttpServer:
         return True
 
 
-def check_bindable(address: str) -> None:
+def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (non-blocking, accept deferred) for servers in other processes."""
+    check_bindable(f"{host}:{port}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host.strip("[]"), port))
+    listener.listen(backlog)
+    listener.setblocking(False)
+    listener.set_inheritable(True)
+    _defer_accept(listener.fileno(), seconds=5)
+    return listener
+
+
+def check_bindable(address: str, server: str = "HTTP") -> None:
     """Raise OSError naming the address if nothing could listen on it (granian would only log it)."""
     host, _, port = address.rpartition(":")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -148,4 +180,4 @@ def check_bindable(address: str) -> None:
         try:
             probe.bind((host.strip("[]"), int(port)))
         except OSError as exc:
-            raise OSError(f"cannot bind the HTTP server to {address}: {exc.strerror}") from None
+            raise OSError(f"cannot bind the {server} server to {address}: {exc.strerror}") from None

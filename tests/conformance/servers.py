@@ -115,6 +115,9 @@ def start_pair(repository: Path, workdir: Path, triton_args: tuple[str, ...] = (
     shutil.copytree(repository, theirs)
     shutil.copytree(repository, ours)
     triton = TritonProcess(theirs, *triton_args, log=workdir / "triton.log").start(wait_for)
+    frontends = os.environ.get("CONFORMANCE_FRONTEND_PROCESSES")  # the suite against front-end processes
+    if frontends:
+        our_args = (*our_args, "--frontend-processes", frontends)
     server = ServerProcess(ours, *our_args, log=workdir / "ours.log", strict=True)
     server.start(wait_ready=False)
     server.wait_for(wait_for)

@@ -1,0 +1,141 @@
+"""The owner's side of a front-end link: calls on the inference core, made for a front-end process.
+
+Requests are ``(kind, call id, method, args)``: ``infer`` runs one inference (request and response packed
+as plain tuples, :mod:`runtime.frontends.messages`), ``call`` runs another core method (awaited when it is a
+coroutine), ``stream`` iterates :meth:`InferenceService.infer_stream`, ``cancel`` cancels a running call (its
+client went away). Answers are ``(call id, outcome, payload)`` with outcome ``ok``, ``error`` (a :class:`ServingError`),
+``item`` (one streamed response) or ``end``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from runtime.errors import InternalError, ServingError
+from runtime.frontends.messages import pack_response, unpack_request
+from runtime.frontends.wire import FrameWriter, LinkClosed, read_frame
+
+logger = logging.getLogger(__name__)
+
+# What a front end may call: the core's methods the protocol adapters use, nothing else.
+CALLABLE = frozenset({
+    "live", "ready", "server_metadata", "model_ready", "require_model", "model_metadata", "model_config",
+    "model_statistics", "repository_index", "register_system_shared_memory", "unregister_system_shared_memory",
+    "system_shared_memory_status", "cuda_shared_memory", "log_settings", "trace_settings", "load_model",
+    "unload_model", "is_decoupled", "infer",
+})
+
+
+def as_serving_error(exc: BaseException) -> ServingError:
+    """A serving error as it is; anything else becomes an internal error (logged here, not sent)."""
+    if isinstance(exc, ServingError):
+        return exc
+    logger.error("unexpected error answering a front end", exc_info=exc)
+    return InternalError("internal server error")
+
+
+class OwnerEndpoint:
+    """Answers one front-end process's calls on the core (``service``) over one Unix-socket stream."""
+
+    def __init__(self, service: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 on_started: Callable[[str | None], None] | None = None) -> None:
+        self.service = service
+        self.on_started = on_started
+        self.reader = reader
+        self.writer = FrameWriter(writer)
+        self.running: dict[int, asyncio.Task] = {}
+
+    async def serve(self) -> None:
+        """Answer calls until the front end closes the link; its calls still running are cancelled then."""
+        try:
+            while True:
+                kind, call_id, method, args = await read_frame(self.reader)
+                if kind == "started":  # the front end listens now, or says why it cannot
+                    if self.on_started is not None:
+                        self.on_started(args[0])
+                elif kind == "infer":
+                    self._start(call_id, self._infer(call_id, args))
+                elif kind == "cancel":
+                    task = self.running.get(call_id)
+                    if task is not None:
+                        task.cancel()
+                elif kind == "stream":
+                    self._start(call_id, self._stream(call_id, args))
+                elif method in CALLABLE:
+                    self._call(call_id, method, args)
+                else:
+                    self._send((call_id, "error", InternalError(f"no such call: {method}")))
+        except (LinkClosed, ConnectionError):
+            pass
+        finally:
+            for task in list(self.running.values()):
+                task.cancel()
+            self.writer.close()
+
+    def _call(self, call_id: int, method: str, args: tuple) -> None:
+        try:
+            result = getattr(self.service, method)(*args)
+        except Exception as exc:  # noqa: BLE001 - every failure goes back as an answer
+            self._send((call_id, "error", as_serving_error(exc)))
+            return
+        if asyncio.iscoroutine(result):
+            self._start(call_id, self._await(call_id, result))
+        else:
+            self._send((call_id, "ok", result))
+
+    def _start(self, call_id: int, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self.running[call_id] = task
+        task.add_done_callback(lambda _: self.running.pop(call_id, None))
+
+    async def _infer(self, call_id: int, packed: tuple) -> None:
+        try:
+            response = await self.service.infer(unpack_request(packed))
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:  # noqa: BLE001
+            self._send((call_id, "error", as_serving_error(exc)))
+            return
+        if not self.writer.writer.is_closing():
+            self.writer.send((call_id, "ok", pack_response(response)), plain=True)
+
+    async def _await(self, call_id: int, pending: Any) -> None:
+        try:
+            result = await pending
+        except asyncio.CancelledError:
+            return  # the front end stopped waiting: nothing to answer
+        except Exception as exc:  # noqa: BLE001
+            self._send((call_id, "error", as_serving_error(exc)))
+            return
+        self._send((call_id, "ok", result))
+
+    async def _stream(self, call_id: int, args: tuple) -> None:
+        try:
+            async for item in self.service.infer_stream(*args):
+                if item.error is not None:
+                    item = replace(item, error=as_serving_error(item.error))
+                self._send((call_id, "item", item))
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:  # noqa: BLE001
+            self._send((call_id, "error", as_serving_error(exc)))
+            return
+        self._send((call_id, "end", None))
+
+    def _send(self, answer: tuple) -> None:
+        if self.writer.writer.is_closing():
+            return
+        try:
+            self.writer.send(answer)
+        except Exception as exc:  # noqa: BLE001 - an answer that cannot be pickled still answers the call
+            self.writer.send((answer[0], "error", as_serving_error(exc)))
+
+
+async def serve_link(service: Any, sock: Any, on_started: Callable[[str | None], None] | None = None) -> None:
+    """Serve one front end's link (a connected Unix socket) until it closes."""
+    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
+    await OwnerEndpoint(service, reader, writer, on_started).serve()

@@ -1,0 +1,167 @@
+"""The owner's front-end processes: started with their links and listening sockets, restarted if one dies,
+stopped (each draining its requests) at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.frontends.endpoint import serve_link
+from runtime.frontends.wire import send_blocking
+from runtime.grpc.limits import GrpcLimits
+from runtime.http.server import HttpLimits, check_bindable, listening_socket
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT = 60.0  # a front end that is not listening by then failed to start
+RESTART_DELAY = 1.0
+
+
+@dataclass
+class FrontEndSettings:
+    """What a front-end process serves, sent to it over its control socket as it starts."""
+
+    index: int
+    host: str
+    http_port: int | None
+    grpc_port: int | None
+    max_body_bytes: int
+    grpc_max_message_bytes: int
+    json_decode_budget: int
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
+    grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
+    auth_token: str | None = None
+    auth_exempt_health: bool = True
+    shutdown_timeout: float = 30.0
+    log_level: int = logging.INFO
+
+
+@dataclass
+class _FrontEnd:
+    index: int
+    process: subprocess.Popen
+    links: list[asyncio.Task]
+    started: asyncio.Future
+
+
+class FrontEndPool:
+    """``count`` front-end processes serving the HTTP and gRPC ports for the core ``service``.
+
+    The HTTP listening socket is made here and shared (every front end accepts from it). gRPC ports cannot be
+    handed over, so each front end binds the port with SO_REUSEPORT; this process holds a bound socket in that
+    group so that nothing else can take the port, and the kernel spreads connections over the front ends.
+    """
+
+    def __init__(self, service: Any, count: int, settings: FrontEndSettings) -> None:
+        self.service = service
+        self.count = count
+        self.settings = settings
+        self.frontends: dict[int, _FrontEnd] = {}
+        self.stopping = False
+        self._http: socket.socket | None = None
+        self._grpc_hold: socket.socket | None = None
+        self._watch: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Bind the ports, start every front end and wait until each listens; OSError if one cannot."""
+        settings = self.settings
+        if settings.http_port is not None:
+            self._http = listening_socket(settings.host, settings.http_port, settings.http_limits.backlog)
+        if settings.grpc_port is not None:
+            self._grpc_hold = _hold_port(settings.host, settings.grpc_port)
+        starting = [self._spawn(index) for index in range(self.count)]
+        failures = [f for f in await asyncio.gather(*(f.started for f in starting)) if f]
+        if failures:
+            raise OSError(failures[0])
+        self._watch = asyncio.create_task(self._restart_failed())
+        logger.info("%d front-end processes serving", self.count)
+
+    def _spawn(self, index: int) -> _FrontEnd:
+        link_owner, link_frontend = socket.socketpair()
+        control_owner, control_frontend = socket.socketpair()
+        passed = [link_frontend.fileno(), control_frontend.fileno()]
+        if self._http is not None:
+            passed.append(self._http.fileno())
+        process = subprocess.Popen(
+            [sys.executable, "-m", "runtime.frontends.process", *map(str, passed)], pass_fds=passed,
+        )
+        link_frontend.close()
+        control_frontend.close()
+        send_blocking(control_owner, FrontEndSettings(**{**self.settings.__dict__, "index": index}))
+        started = asyncio.get_running_loop().create_future()
+
+        def on_started(failure: str | None) -> None:
+            if not started.done():
+                started.set_result(failure)
+
+        links = [asyncio.create_task(serve_link(self.service, link_owner, on_started)),
+                 asyncio.create_task(serve_link(self.service, control_owner))]
+        frontend = _FrontEnd(index, process, links, started)
+        self.frontends[index] = frontend
+        asyncio.get_running_loop().call_later(START_TIMEOUT, on_started, f"front end {index} did not start")
+        links[0].add_done_callback(lambda _: on_started(f"front end {index} exited while starting"))
+        return frontend
+
+    async def _restart_failed(self) -> None:
+        """A front end that exits while the server runs is started again (its in-flight requests are lost)."""
+        while not self.stopping:
+            await asyncio.sleep(0.2)
+            for index, frontend in list(self.frontends.items()):
+                code = frontend.process.poll()
+                if code is None or self.stopping:
+                    continue
+                logger.error("front-end process %d exited with code %s: starting it again", index, code)
+                for link in frontend.links:
+                    link.cancel()
+                await asyncio.sleep(RESTART_DELAY)
+                if not self.stopping:
+                    replacement = self._spawn(index)
+                    failure = await replacement.started
+                    if failure:
+                        logger.error("%s", failure)
+
+    async def stop(self, timeout: float) -> bool:
+        """Each front end stops accepting and drains its requests; False if one had to be killed."""
+        self.stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+        deadline = time.monotonic() + timeout
+        for frontend in self.frontends.values():
+            with contextlib.suppress(ProcessLookupError):
+                frontend.process.send_signal(signal.SIGTERM)
+        clean = True
+        for frontend in self.frontends.values():
+            while frontend.process.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if frontend.process.poll() is None:
+                frontend.process.kill()
+                clean = False
+            frontend.process.wait()
+            for link in frontend.links:
+                link.cancel()
+        for held in (self._http, self._grpc_hold):
+            if held is not None:
+                held.close()
+        return clean
+
+    def pids(self) -> list[int]:
+        return [frontend.process.pid for frontend in self.frontends.values()]
+
+
+def _hold_port(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` in an SO_REUSEPORT group (not listening: it takes no connections)."""
+    check_bindable(f"{host}:{port}", "gRPC")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    held = socket.socket(family, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    held.bind((host.strip("[]"), port))
+    return held
+

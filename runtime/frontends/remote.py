@@ -1,0 +1,212 @@
+"""The core as a front-end process sees it: every call goes to the model-owning process over its link.
+
+Inference (and model load/unload) travels on an asyncio link, many calls at once; the cheap synchronous calls
+the adapters make (health, metadata, statistics, shared-memory registration) take a blocking round trip on a
+second socket, so the adapters stay unchanged. ``is_decoupled``, asked before every inference, is remembered
+for a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from runtime.errors import Unavailable
+from runtime.frontends.messages import pack_request, unpack_response
+from runtime.frontends.wire import FrameWriter, LinkClosed, read_frame, receive_blocking, send_blocking
+from runtime.types import InferRequest, InferResponse, StreamResponse
+
+DECOUPLED_MEMORY_SECONDS = 1.0
+BLOCKING_CALL_TIMEOUT = 30.0
+_GONE = "the server's model process is not answering"
+
+
+class RemoteService:
+    """Stands in for :class:`runtime.core.InferenceService` in a front-end process."""
+
+    def __init__(self, link: socket.socket, control: socket.socket, on_lost: Callable[[], None]) -> None:
+        self._link = link
+        self._control = control
+        self._control.settimeout(BLOCKING_CALL_TIMEOUT)
+        self._control_lock = threading.Lock()
+        self._on_lost = on_lost
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future | asyncio.Queue] = {}
+        self._writer: FrameWriter | None = None
+        self._reading: asyncio.Task | None = None
+        self._decoupled: dict[tuple[str, str], tuple[bool, float]] = {}
+        self.lost = False
+        self.shutting_down = False
+
+    async def connect(self) -> None:
+        reader, writer = await asyncio.open_unix_connection(sock=self._link, limit=1 << 20)
+        self._writer = FrameWriter(writer)
+        self._reading = asyncio.create_task(self._read_answers(reader))
+
+    def close(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+        if self._writer is not None:
+            self._writer.close()
+        self._control.close()
+
+    def started(self, failure: str | None) -> None:
+        """Tell the owner this front end listens (or why it could not)."""
+        assert self._writer is not None
+        self._writer.send(("started", 0, "", (failure,)))
+
+    # -- the asyncio link ---------------------------------------------------------------
+    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                call_id, outcome, payload = await read_frame(reader)
+                waiting = self._waiting.get(call_id)
+                if isinstance(waiting, asyncio.Queue):
+                    waiting.put_nowait((outcome, payload))
+                elif waiting is not None and not waiting.done():
+                    if outcome == "ok":
+                        waiting.set_result(payload)
+                    else:
+                        waiting.set_exception(payload)
+        except (LinkClosed, ConnectionError):
+            pass
+        self._lose()
+
+    def _lose(self) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        for waiting in self._waiting.values():
+            if isinstance(waiting, asyncio.Queue):
+                waiting.put_nowait(("error", Unavailable(_GONE)))
+            elif not waiting.done():
+                waiting.set_exception(Unavailable(_GONE))
+        self._on_lost()
+
+    def _send(self, message: tuple, plain: bool = False) -> None:
+        if self.lost or self._writer is None:
+            raise Unavailable(_GONE)
+        self._writer.send(message, plain)
+
+    async def _call(self, method: str, *args: Any, kind: str = "call") -> Any:
+        call_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[call_id] = future
+        try:
+            if kind == "infer":
+                self._send(("infer", call_id, "", args[0]), plain=True)
+            else:
+                self._send((kind, call_id, method, args))
+            return await future
+        except asyncio.CancelledError:
+            if not future.done() and not self.lost:
+                self._send(("cancel", call_id, "", ()))
+            raise
+        finally:
+            del self._waiting[call_id]
+
+    # -- the blocking socket ------------------------------------------------------------
+    def _blocking(self, method: str, *args: Any) -> Any:
+        if self.lost:
+            raise Unavailable(_GONE)
+        with self._control_lock:
+            try:
+                send_blocking(self._control, ("call", 0, method, args))
+                _, outcome, payload = receive_blocking(self._control)
+            except (OSError, LinkClosed):  # a timeout leaves the socket out of step: the link is done
+                self._lose()
+                raise Unavailable(_GONE) from None
+        if outcome != "ok":
+            raise payload
+        return payload
+
+    # -- the core's interface -----------------------------------------------------------
+    def live(self) -> bool:
+        return not self.lost and self._blocking("live")
+
+    def ready(self) -> bool:
+        return not self.shutting_down and not self.lost and self._blocking("ready")
+
+    def server_metadata(self) -> dict:
+        return self._blocking("server_metadata")
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return not self.shutting_down and self._blocking("model_ready", name, version)
+
+    def require_model(self, name: str, version: str = "") -> None:
+        self._blocking("require_model", name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict:
+        return self._blocking("model_metadata", name, version)
+
+    def model_config(self, name: str, version: str = "") -> Any:
+        return self._blocking("model_config", name, version)
+
+    def model_statistics(self, name: str = "", version: str = "") -> dict:
+        return self._blocking("model_statistics", name, version)
+
+    def repository_index(self, ready_only: bool = False) -> list[dict]:
+        return self._blocking("repository_index", ready_only)
+
+    def register_system_shared_memory(self, name: str, key: Any, offset: Any, byte_size: Any) -> None:
+        self._blocking("register_system_shared_memory", name, key, offset, byte_size)
+
+    def unregister_system_shared_memory(self, name: str = "") -> None:
+        self._blocking("unregister_system_shared_memory", name)
+
+    def system_shared_memory_status(self, name: str = "") -> list[dict]:
+        return self._blocking("system_shared_memory_status", name)
+
+    def cuda_shared_memory(self) -> None:
+        self._blocking("cuda_shared_memory")
+
+    def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._blocking("log_settings", changes)
+
+    def trace_settings(self) -> dict[str, Any]:
+        return self._blocking("trace_settings")
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        key = (name, version)
+        known = self._decoupled.get(key)
+        now = time.monotonic()
+        if known is not None and now - known[1] < DECOUPLED_MEMORY_SECONDS:
+            return known[0]
+        decoupled = self._blocking("is_decoupled", name, version)
+        self._decoupled[key] = (decoupled, now)
+        return decoupled
+
+    async def load_model(self, name: str, parameters: dict | None = None) -> None:
+        await self._call("load_model", name, parameters)
+
+    async def unload_model(self, name: str, parameters: dict | None = None) -> None:
+        await self._call("unload_model", name, parameters)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        return unpack_response(await self._call("infer", pack_request(request), kind="infer"))
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
+        call_id = next(self._ids)
+        answers: asyncio.Queue = asyncio.Queue()
+        self._waiting[call_id] = answers
+        ended = False
+        try:
+            self._send(("stream", call_id, "", (request,)))
+            while True:
+                outcome, payload = await answers.get()
+                if outcome == "item":
+                    yield payload
+                    continue
+                ended = True
+                if outcome == "error":
+                    raise payload
+                return
+        finally:
+            del self._waiting[call_id]
+            if not ended and not self.lost:
+                self._send(("cancel", call_id, "", ()))
