@@ -275,10 +275,11 @@ MAX_FRONTEND_PROCESSES = 64
 
 
 def frontend_process_count(value: Any) -> int:
-    """``server.frontend_processes``: a count from 0 to 64, or ``auto`` (one per core this process may use)."""
+    """``server.frontend_processes``: a count from 0 to 64, or ``auto``: one fewer than the cores this process may
+    use (the process owning the models and their workers take about one), none on a single core."""
     if value == "auto":
-        return min(MAX_FRONTEND_PROCESSES, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                   else os.cpu_count() or 1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return min(MAX_FRONTEND_PROCESSES, cores - 1)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FRONTEND_PROCESSES:
         raise SettingsError(f"server.frontend_processes must be 'auto' or a whole number from 0 to "
                             f"{MAX_FRONTEND_PROCESSES}, not {value!r}")

@@ -48,7 +48,7 @@ def test_parse_settings_defaults_and_errors(tmp_path):
     assert settings.frontend_processes == 0
     assert parse_settings({"server": {"frontend_processes": 3}}, tmp_path).frontend_processes == 3
     assert parse_settings({"server": {"frontend_processes": "auto"}}, tmp_path).frontend_processes == len(
-        os.sched_getaffinity(0))
+        os.sched_getaffinity(0)) - 1
     for bad, fragment in [
         ({"server": {"frontend_processes": -1}}, "server.frontend_processes"),
         ({"server": {"frontend_processes": 65}}, "server.frontend_processes"),

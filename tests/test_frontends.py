@@ -138,20 +138,22 @@ def test_a_front_end_that_dies_is_replaced(server):
 
 def test_sigterm_drains_and_leaves_no_front_end_behind(tmp_path: Path):
     server = ServerProcess(ROOT / "examples" / "model_repository", "--frontend-processes", "2", "--device", "cpu",
-                           log=tmp_path / "server.log").start(timeout=120)
-    pids = frontend_pids(server)
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    np.testing.assert_array_equal(_add(client, grpcclient, np.ones((1, 16), np.float32)), np.full((1, 16), 2))
-    assert server.stop() == 0, server.log()
+                           log=tmp_path / "server.log")
+    with server:
+        pids = frontend_pids(server)
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        np.testing.assert_array_equal(_add(client, grpcclient, np.ones((1, 16), np.float32)), np.full((1, 16), 2))
+        assert server.stop() == 0, server.log()
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_the_owner_dying_takes_its_front_ends_with_it(tmp_path: Path):
     server = ServerProcess(ROOT / "examples" / "model_repository", "--frontend-processes", "1", "--device", "cpu",
-                           "--no-grpc", log=tmp_path / "server.log").start(timeout=120)
-    pids = frontend_pids(server)
-    server.stop(signal.SIGKILL)
+                           "--no-grpc", log=tmp_path / "server.log")
+    with server:
+        pids = frontend_pids(server)
+        server.stop(signal.SIGKILL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(psutil.pid_exists(pid) for pid in pids):
         time.sleep(0.1)
@@ -166,6 +168,9 @@ def test_a_taken_grpc_port_fails_the_start(tmp_path: Path):
                                log=tmp_path / "server.log")
         server.grpc_port = taken.getsockname()[1]
         server.start(wait_ready=False)
-        assert server.process.wait(60) == 1
+        try:
+            assert server.process.wait(60) == 1
+        finally:
+            server.stop()
         assert f"cannot bind the gRPC server to 127.0.0.1:{server.grpc_port}" in server.log()
         assert "Traceback" not in server.log()

@@ -17,7 +17,7 @@ from typing import Any
 from runtime.frontends.endpoint import serve_link
 from runtime.frontends.wire import send_blocking
 from runtime.grpc.limits import GrpcLimits
-from runtime.http.server import HttpLimits, check_bindable, listening_socket
+from runtime.http.server import HttpLimits, check_bindable
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ class _FrontEnd:
 class FrontEndPool:
     """``count`` front-end processes serving the HTTP and gRPC ports for the core ``service``.
 
-    The HTTP listening socket is made here and shared (every front end accepts from it). gRPC ports cannot be
-    handed over, so each front end binds the port with SO_REUSEPORT; this process holds a bound socket in that
-    group so that nothing else can take the port, and the kernel spreads connections over the front ends.
+    Each front end listens on the HTTP and gRPC ports with SO_REUSEPORT, so the kernel spreads connections
+    evenly over them (one shared listening socket would let whichever accepts first take most of a burst); this
+    process holds a bound socket in each group, so that nothing else can take a port between restarts.
     """
 
     def __init__(self, service: Any, count: int, settings: FrontEndSettings) -> None:
@@ -66,17 +66,14 @@ class FrontEndPool:
         self.settings = settings
         self.frontends: dict[int, _FrontEnd] = {}
         self.stopping = False
-        self._http: socket.socket | None = None
-        self._grpc_hold: socket.socket | None = None
+        self._held: list[socket.socket] = []
         self._watch: asyncio.Task | None = None
 
     async def start(self) -> None:
         """Bind the ports, start every front end and wait until each listens; OSError if one cannot."""
         settings = self.settings
-        if settings.http_port is not None:
-            self._http = listening_socket(settings.host, settings.http_port, settings.http_limits.backlog)
-        if settings.grpc_port is not None:
-            self._grpc_hold = _hold_port(settings.host, settings.grpc_port)
+        self._held = [_hold_port(settings.host, port, server) for port, server in
+                      ((settings.http_port, "HTTP"), (settings.grpc_port, "gRPC")) if port is not None]
         starting = [self._spawn(index) for index in range(self.count)]
         failures = [f for f in await asyncio.gather(*(f.started for f in starting)) if f]
         if failures:
@@ -88,8 +85,6 @@ class FrontEndPool:
         link_owner, link_frontend = socket.socketpair()
         control_owner, control_frontend = socket.socketpair()
         passed = [link_frontend.fileno(), control_frontend.fileno()]
-        if self._http is not None:
-            passed.append(self._http.fileno())
         process = subprocess.Popen(
             [sys.executable, "-m", "runtime.frontends.process", *map(str, passed)], pass_fds=passed,
         )
@@ -147,18 +142,17 @@ class FrontEndPool:
             frontend.process.wait()
             for link in frontend.links:
                 link.cancel()
-        for held in (self._http, self._grpc_hold):
-            if held is not None:
-                held.close()
+        for held in self._held:
+            held.close()
         return clean
 
     def pids(self) -> list[int]:
         return [frontend.process.pid for frontend in self.frontends.values()]
 
 
-def _hold_port(host: str, port: int) -> socket.socket:
+def _hold_port(host: str, port: int, server: str) -> socket.socket:
     """A socket bound to ``host:port`` in an SO_REUSEPORT group (not listening: it takes no connections)."""
-    check_bindable(f"{host}:{port}", "gRPC")
+    check_bindable(f"{host}:{port}", server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     held = socket.socket(family, socket.SOCK_STREAM)
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

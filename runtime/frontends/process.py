@@ -1,7 +1,7 @@
 """A front-end process: the HTTP and gRPC adapters over :class:`RemoteService`, until SIGTERM, then drained.
 
-Started by :class:`runtime.frontends.pool.FrontEndPool` as ``python -m runtime.frontends.process LINK CONTROL
-[HTTP]`` with those descriptors inherited; its settings arrive first on CONTROL.
+Started by :class:`runtime.frontends.pool.FrontEndPool` as ``python -m runtime.frontends.process LINK CONTROL``
+with those two descriptors inherited; its settings arrive first on CONTROL.
 """
 
 from __future__ import annotations
@@ -32,7 +32,18 @@ def _end_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-async def serve(link: socket.socket, control: socket.socket, http_fd: int | None) -> int:
+def reuse_port_listener(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening socket in ``host:port``'s SO_REUSEPORT group (the owner holds the port in that group)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind((host.strip("[]"), port))
+    listener.listen(backlog)
+    listener.setblocking(False)
+    return listener
+
+
+async def serve(link: socket.socket, control: socket.socket) -> int:
     settings: FrontEndSettings = receive_blocking(control)
     logging.getLogger().setLevel(settings.log_level)
     stop = asyncio.Event()
@@ -52,10 +63,12 @@ async def serve(link: socket.socket, control: socket.socket, http_fd: int | None
                                              settings.grpc_max_message_bytes, auth, settings.grpc_limits,
                                              reuse_port=True)
             await grpc_server.start()
-        if http_fd is not None:
+        if settings.http_port is not None:
             app = create_http_app(service, settings.max_body_bytes, auth, settings.auth_exempt_health,
                                   settings.http_limits.body_timeout, settings.json_decode_budget)
-            http = HttpServer(app, settings.host, settings.http_port or 0, settings.http_limits, listening_fd=http_fd)
+            listener = reuse_port_listener(settings.host, settings.http_port, settings.http_limits.backlog)
+            http = HttpServer(app, settings.host, settings.http_port, settings.http_limits,
+                              listening_fd=listener.detach())
             await http.start()
     except OSError as exc:
         service.started(f"front end {settings.index}: {exc}")
@@ -78,12 +91,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s[front end]: %(message)s", stream=sys.stderr)
     link = socket.socket(fileno=int(argv[0]))
     control = socket.socket(fileno=int(argv[1]))
-    http_fd = int(argv[2]) if len(argv) > 2 else None
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(serve(link, control, http_fd))
-    return uvloop.run(serve(link, control, http_fd))
+        return asyncio.run(serve(link, control))
+    return uvloop.run(serve(link, control))
 
 
 if __name__ == "__main__":

@@ -92,8 +92,8 @@ class HttpServer:
 
     def __init__(self, app: ASGIApp, host: str, port: int, limits: HttpLimits | None = None,
                  listening_fd: int | None = None) -> None:
-        """``listening_fd``: serve a listening socket made by another process (a front end's, shared with the
-        server's other front ends) instead of binding ``host:port``."""
+        """``listening_fd``: serve this listening socket (a front end's, in an SO_REUSEPORT group) instead of
+        binding ``host:port``."""
         limits = limits or HttpLimits()
         self.address = f"{host}:{port}"
         self._listening_fd = listening_fd
@@ -118,22 +118,15 @@ class HttpServer:
         )
         self._task: asyncio.Task | None = None
 
-    def bind(self) -> int:
-        """Make the listening socket (OSError if the address cannot be bound); its descriptor."""
+    async def start(self) -> None:
+        """Bind and start serving; OSError if the address cannot be bound."""
         if self._listening_fd is not None:
             self._server.listener = SocketHolder(self._listening_fd, False, self._backlog)
         else:
             check_bindable(self.address)
             host, _, port = self.address.rpartition(":")
             self._server.listener = SocketSpec(host, int(port), self._backlog).build()
-        fd = self._server.listener.get_fd()
-        _defer_accept(fd, seconds=5)
-        return fd
-
-    async def start(self) -> None:
-        """Bind (unless :meth:`bind` did) and start serving; OSError if the address cannot be bound."""
-        if not hasattr(self._server, "listener"):
-            self.bind()
+        _defer_accept(self._server.listener.get_fd(), seconds=5)
         self._task = asyncio.create_task(self._server.serve())
         await asyncio.sleep(0)
 
@@ -155,20 +148,6 @@ class HttpServer:
         with contextlib.suppress(Exception):
             self._task.result()
         return True
-
-
-def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (non-blocking, accept deferred) for servers in other processes."""
-    check_bindable(f"{host}:{port}")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host.strip("[]"), port))
-    listener.listen(backlog)
-    listener.setblocking(False)
-    listener.set_inheritable(True)
-    _defer_accept(listener.fileno(), seconds=5)
-    return listener
 
 
 def check_bindable(address: str, server: str = "HTTP") -> None:

@@ -1,0 +1,198 @@
+"""Across cores: the tiny Python model (bench_vs_triton's add_sub_batch, dynamic batching) served by one process on
+one core, then by front-end processes (``--frontend-processes k``) on k cores, under h2load's load.
+
+h2load (nghttp2's C load generator) is the client: it costs about 40 µs of CPU per request where tritonclient
+costs several hundred, so on a small machine it can share the server's cores without deciding the result. Each
+row prints the rate, the server's CPU per request split by role (the process owning the models, the front ends,
+the Python model's worker) and the client's; the scaling ratio is against the one-process, one-core rate of the
+same run, with the issue's target of 0.7·k. The process owning the models handles every request once, so
+1 / (its CPU per request) bounds the rate any number of front ends reaches: printed as the ceiling.
+
+    .venv/bin/python scripts/bench_frontends.py [--cores 4] [--requests 40000] [--protocol grpc|http]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
+
+from tests.support import free_port  # noqa: E402
+
+# 128 requests in flight: gRPC as 16 connections of 8 streams, HTTP/1.1 as 128 connections (connections are spread
+# over the front ends by the kernel, SO_REUSEPORT, so a single one would reach a single front end)
+CONNECTIONS = {"grpc": 16, "http": 128}
+STREAMS = {"grpc": 8, "http": 1}
+
+
+def build_repository(root: Path) -> Path:
+    (root / "add_sub_batch" / "1").mkdir(parents=True)
+    (root / "add_sub_batch" / "1" / "model.py").write_text(textwrap.dedent(ADD_SUB).lstrip())
+    (root / "add_sub_batch" / "config.pbtxt").write_text(textwrap.dedent(ADD_SUB_CONFIG).lstrip())
+    return root
+
+
+def request_files(workdir: Path) -> dict[str, tuple[Path, list[str]]]:
+    """One add_sub_batch request as gRPC's framed message and as an HTTP binary-tensor body, with its headers."""
+    from tritonclient.grpc import service_pb2
+    from tritonclient.http import InferenceServerClient, InferInput
+
+    values = np.arange(4, dtype=np.float32).reshape(1, 4)
+    message = service_pb2.ModelInferRequest(model_name="add_sub_batch")
+    for name in ("INPUT0", "INPUT1"):
+        tensor = message.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        del tensor  # contents travel in raw_input_contents, as tritonclient sends them
+        message.raw_input_contents.append(values.tobytes())
+    serialized = message.SerializeToString()
+    grpc_file = workdir / "request.grpc"
+    grpc_file.write_bytes(b"\0" + struct.pack(">I", len(serialized)) + serialized)
+    inputs = [InferInput(name, [1, 4], "FP32").set_data_from_numpy(values) for name in ("INPUT0", "INPUT1")]
+    body, json_size = InferenceServerClient.generate_request_body(inputs)
+    http_file = workdir / "request.http"
+    http_file.write_bytes(body)
+    return {"grpc": (grpc_file, ["content-type: application/grpc", "te: trailers"]),
+            "http": (http_file, ["content-type: application/octet-stream",
+                                 f"inference-header-content-length: {json_size}"])}
+
+
+def start(repository: Path, cpus: list[int], frontends: int, log: Path) -> tuple[subprocess.Popen, int, int]:
+    http, grpc = free_port(), free_port()
+    command = ["taskset", "-c", ",".join(map(str, cpus)), sys.executable, "-m", "bootstrap.cli", "run",
+               "--model-repository", str(repository), "--host", "127.0.0.1", "--http-port", str(http),
+               "--grpc-port", str(grpc), "--no-metrics", "--device", "cpu", "--frontend-processes", str(frontends)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited: {log.read_text()}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1, trust_env=False).status_code == 200:
+                return process, http, grpc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError("the server did not get ready")
+
+
+def cpu_by_role(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the process owning the models, its front ends and its model workers."""
+    def seconds(process: psutil.Process) -> float:
+        try:
+            times = process.cpu_times()
+            return times.user + times.system
+        except psutil.NoSuchProcess:
+            return 0.0
+
+    root = psutil.Process(pid)
+    roles = {"owner": seconds(root), "frontends": 0.0, "workers": 0.0}
+    for child in root.children(recursive=True):
+        try:
+            role = "frontends" if "runtime.frontends.process" in " ".join(child.cmdline()) else "workers"
+        except psutil.NoSuchProcess:
+            continue
+        roles[role] += seconds(child)
+    return roles
+
+
+def h2load(protocol: str, port: int, files: dict, client_cpus: list[int], requests: int) -> tuple[float, float, str]:
+    """Requests/s, the client's CPU µs per request, and h2load's status line."""
+    path, headers = files[protocol]
+    url = (f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer" if protocol == "grpc"
+           else f"http://127.0.0.1:{port}/v2/models/add_sub_batch/infer")
+    command = ["taskset", "-c", ",".join(map(str, client_cpus)), "h2load", "-n", str(requests), "-c",
+               str(CONNECTIONS[protocol]), "-m", str(STREAMS[protocol]), "-d", str(path),
+               *(part for header in headers for part in ("-H", header)), url]
+    if protocol == "http":
+        command[command.index("h2load") + 1:command.index("h2load") + 1] = ["--h1"]
+    before = os.times()
+    began = time.perf_counter()
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    elapsed = time.perf_counter() - began
+    after = os.times()
+    client = (after.children_user - before.children_user + after.children_system - before.children_system)
+    status = next((line.strip() for line in output.splitlines() if line.strip().startswith("status codes")), "")
+    return requests / elapsed, client / requests * 1e6, status
+
+
+def measure(repository: Path, files: dict, protocol: str, cpus: list[int], client_cpus: list[int], frontends: int,
+            requests: int, workdir: Path) -> dict:
+    process, http, grpc = start(repository, cpus, frontends, workdir / f"server-{len(cpus)}-{frontends}.log")
+    try:
+        port = grpc if protocol == "grpc" else http
+        h2load(protocol, port, files, client_cpus, min(5000, requests))  # warm-up
+        before = cpu_by_role(process.pid)
+        rate, client_us, status = h2load(protocol, port, files, client_cpus, requests)
+        after = cpu_by_role(process.pid)
+    finally:
+        process.terminate()
+        process.wait(60)
+    us = {role: (after[role] - before[role]) / requests * 1e6 for role in after}
+    return {"cores": len(cpus), "frontends": frontends, "rate": rate, "cpu_us": us, "client_us": client_us,
+            "status": status, "client_shares": bool(set(client_cpus) & set(cpus))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cores", type=int, default=4, help="the most cores to give the server")
+    parser.add_argument("--requests", type=int, default=40000)
+    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+    args = parser.parse_args()
+    if shutil.which("h2load") is None or shutil.which("taskset") is None:
+        print("needs h2load (apt install nghttp2-client) and taskset")
+        return 2
+    available = sorted(os.sched_getaffinity(0))
+    workdir = Path(tempfile.mkdtemp(prefix="bench-frontends-"))
+    try:
+        repository = build_repository(workdir / "repo")
+        files = request_files(workdir)
+        rows = []
+        # the baseline: one process on one core, the client on another core when there is one
+        client = available[1:2] or available[:1]
+        rows.append(measure(repository, files, args.protocol, available[:1], client, 0, args.requests, workdir))
+        for cores in range(1, min(args.cores, len(available)) + 1):
+            server = available[:cores]
+            client = available[cores:cores + 2] or server  # on a small machine the client shares the server's cores
+            rows.append(measure(repository, files, args.protocol, server, client, cores, args.requests, workdir))
+        base = rows[0]["rate"]
+        print(f"\nadd_sub_batch over {args.protocol}, {CONNECTIONS[args.protocol]} connections x "
+              f"{STREAMS[args.protocol]} in flight, "
+              f"{args.requests} requests, h2load")
+        print(f"{'server':32} {'req/s':>7} {'x 1-core':>8} {'target':>7}  CPU us/req: owner front-ends workers "
+              f"client   ceiling")
+        for row in rows:
+            us = row["cpu_us"]
+            label = (f"{row['cores']} core(s), " + (f"{row['frontends']} front end(s)" if row["frontends"]
+                                                    else "one process"))
+            label += " *" if row["client_shares"] else ""
+            ceiling = 1e6 / us["owner"] if row["frontends"] and us["owner"] else float("nan")
+            target = f"{0.7 * row['cores']:.1f}x" if row["frontends"] else ""
+            print(f"{label:32} {row['rate']:7.0f} {row['rate'] / base:7.2f}x {target:>7}  "
+                  f"{us['owner']:21.0f} {us['frontends']:10.0f} {us['workers']:7.0f} {row['client_us']:6.0f}   "
+                  f"{ceiling:7.0f}")
+        print("* the client (h2load) shares the server's cores: its CPU per request is in the client column")
+        print(json.dumps(rows))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
