@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 from runtime.config import parse_model_config
 from runtime.errors import InvalidArgument, ServingError, Status, Unavailable
 from runtime.frontends.messages import pack_request, pack_response, unpack_request, unpack_response
-from runtime.frontends.wire import OUT_OF_BAND_BYTES, LinkClosed, decode, encode, read_frame
+from runtime.frontends.wire import OUT_OF_BAND_BYTES, LinkClosed, decode, encode, open_link, receive_blocking
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 DTYPES = st.sampled_from([np.float32, np.float16, np.int8, np.int64, np.uint16, np.bool_, np.float64])
@@ -68,16 +69,50 @@ def test_model_configs_travel_with_their_protobuf():
     assert back.to_json_dict() == spec.to_json_dict() and back.input("I") is not None
 
 
-def test_a_stream_that_ends_mid_frame_is_a_closed_link():
-    async def read(data: bytes):
-        reader = asyncio.StreamReader()
-        reader.feed_data(data)
-        reader.feed_eof()
-        return await read_frame(reader)
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=70_000), max_size=12))
+def test_frames_cut_anywhere_arrive_whole_and_in_order(cuts):
+    big = np.arange(20_000, dtype=np.float64)  # 160 KB: several reads, out of band
+    messages = [{"n": 1}, ("infer", 2, "", big), "three", ("x" * 5000, 4)]
+    stream = b"".join(bytes(part) for message in messages for part in encode(message))
 
+    async def run() -> list:
+        received: list = []
+        ours, theirs = socket.socketpair()
+        link = await open_link(ours, received.append)
+        at = 0
+        for size in [*cuts, len(stream)]:  # the stream written in pieces of these sizes
+            theirs.sendall(stream[at : at + size])
+            at += size
+            await asyncio.sleep(0.001)
+        theirs.close()
+        await asyncio.wait_for(link.closed, 5)
+        return received
+
+    received = asyncio.run(run())
+    assert len(received) == 4 and received[0] == {"n": 1} and received[2] == "three"
+    np.testing.assert_array_equal(received[1][3], big)
+    assert received[3] == ("x" * 5000, 4)
+
+
+def test_a_length_no_message_has_closes_the_link():
+    async def run() -> list:
+        received: list = []
+        ours, theirs = socket.socketpair()
+        link = await open_link(ours, received.append)
+        theirs.sendall(b"".join(bytes(part) for part in encode("fine")) + (1 << 62).to_bytes(8, "little"))
+        await asyncio.wait_for(link.closed, 5)
+        theirs.close()
+        return received
+
+    assert asyncio.run(run()) == ["fine"]
+
+
+def test_a_blocking_read_that_ends_mid_frame_is_a_closed_link():
+    ours, theirs = socket.socketpair()
     frame = b"".join(bytes(part) for part in encode({"a": 1}))
-    assert asyncio.run(read(frame)) == {"a": 1}
+    theirs.sendall(frame + frame[:-1])
+    theirs.close()
+    assert receive_blocking(ours) == {"a": 1}
     with pytest.raises(LinkClosed):
-        asyncio.run(read(frame[:-1]))
-    with pytest.raises(LinkClosed):
-        asyncio.run(read((1 << 62).to_bytes(8, "little")))  # a length no message has
+        receive_blocking(ours)

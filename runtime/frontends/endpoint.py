@@ -17,7 +17,7 @@ from typing import Any
 
 from runtime.errors import InternalError, ServingError
 from runtime.frontends.messages import pack_response, unpack_request
-from runtime.frontends.wire import FrameWriter, LinkClosed, read_frame
+from runtime.frontends.wire import Link, open_link
 
 logger = logging.getLogger(__name__)
 
@@ -39,42 +39,38 @@ def as_serving_error(exc: BaseException) -> ServingError:
 
 
 class OwnerEndpoint:
-    """Answers one front-end process's calls on the core (``service``) over one Unix-socket stream."""
+    """Answers one front-end process's calls on the core (``service``), as its link delivers them."""
 
-    def __init__(self, service: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 on_started: Callable[[str | None], None] | None = None) -> None:
+    def __init__(self, service: Any, on_started: Callable[[str | None], None] | None = None) -> None:
         self.service = service
         self.on_started = on_started
-        self.reader = reader
-        self.writer = FrameWriter(writer)
+        self.link: Link | None = None
         self.running: dict[int, asyncio.Task] = {}
 
-    async def serve(self) -> None:
-        """Answer calls until the front end closes the link; its calls still running are cancelled then."""
-        try:
-            while True:
-                kind, call_id, method, args = await read_frame(self.reader)
-                if kind == "started":  # the front end listens now, or says why it cannot
-                    if self.on_started is not None:
-                        self.on_started(args[0])
-                elif kind == "infer":
-                    self._start(call_id, self._infer(call_id, args))
-                elif kind == "cancel":
-                    task = self.running.get(call_id)
-                    if task is not None:
-                        task.cancel()
-                elif kind == "stream":
-                    self._start(call_id, self._stream(call_id, args))
-                elif method in CALLABLE:
-                    self._call(call_id, method, args)
-                else:
-                    self._send((call_id, "error", InternalError(f"no such call: {method}")))
-        except (LinkClosed, ConnectionError):
-            pass
-        finally:
-            for task in list(self.running.values()):
+    def on_message(self, message: tuple) -> None:
+        kind, call_id, method, args = message
+        if kind == "infer":
+            self._start(call_id, self._infer(call_id, args))
+        elif kind == "call" and method in CALLABLE:
+            self._call(call_id, method, args)
+        elif kind == "cancel":
+            task = self.running.get(call_id)
+            if task is not None:
                 task.cancel()
-            self.writer.close()
+        elif kind == "stream":
+            self._start(call_id, self._stream(call_id, args))
+        elif kind == "started":  # the front end listens now, or says why it cannot
+            if self.on_started is not None:
+                self.on_started(args[0])
+        else:
+            self._send((call_id, "error", InternalError(f"no such call: {method}")))
+
+    def stop(self) -> None:
+        """The link is gone: the front end's calls still running are cancelled."""
+        for task in list(self.running.values()):
+            task.cancel()
+        if self.link is not None:
+            self.link.close()
 
     def _call(self, call_id: int, method: str, args: tuple) -> None:
         try:
@@ -100,8 +96,8 @@ class OwnerEndpoint:
         except Exception as exc:  # noqa: BLE001
             self._send((call_id, "error", as_serving_error(exc)))
             return
-        if not self.writer.writer.is_closing():
-            self.writer.send((call_id, "ok", pack_response(response)), plain=True)
+        if self.link is not None and not self.link.is_closing():
+            self.link.send((call_id, "ok", pack_response(response)), plain=True)
 
     async def _await(self, call_id: int, pending: Any) -> None:
         try:
@@ -127,15 +123,19 @@ class OwnerEndpoint:
         self._send((call_id, "end", None))
 
     def _send(self, answer: tuple) -> None:
-        if self.writer.writer.is_closing():
+        if self.link is None or self.link.is_closing():
             return
         try:
-            self.writer.send(answer)
+            self.link.send(answer)
         except Exception as exc:  # noqa: BLE001 - an answer that cannot be pickled still answers the call
-            self.writer.send((answer[0], "error", as_serving_error(exc)))
+            self.link.send((answer[0], "error", as_serving_error(exc)))
 
 
 async def serve_link(service: Any, sock: Any, on_started: Callable[[str | None], None] | None = None) -> None:
-    """Serve one front end's link (a connected Unix socket) until it closes."""
-    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
-    await OwnerEndpoint(service, reader, writer, on_started).serve()
+    """Serve one front end's link (a connected Unix socket) until it closes (or this is cancelled)."""
+    endpoint = OwnerEndpoint(service, on_started)
+    try:
+        endpoint.link = await open_link(sock, endpoint.on_message)
+        await asyncio.shield(endpoint.link.closed)
+    finally:
+        endpoint.stop()

@@ -18,7 +18,7 @@ from typing import Any
 
 from runtime.errors import Unavailable
 from runtime.frontends.messages import pack_request, unpack_response
-from runtime.frontends.wire import FrameWriter, LinkClosed, read_frame, receive_blocking, send_blocking
+from runtime.frontends.wire import Link, LinkClosed, open_link, receive_blocking, send_blocking
 from runtime.types import InferRequest, InferResponse, StreamResponse
 
 DECOUPLED_MEMORY_SECONDS = 1.0
@@ -37,45 +37,35 @@ class RemoteService:
         self._on_lost = on_lost
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future | asyncio.Queue] = {}
-        self._writer: FrameWriter | None = None
-        self._reading: asyncio.Task | None = None
+        self._channel: Link | None = None
         self._decoupled: dict[tuple[str, str], tuple[bool, float]] = {}
         self.lost = False
         self.shutting_down = False
 
     async def connect(self) -> None:
-        reader, writer = await asyncio.open_unix_connection(sock=self._link, limit=1 << 20)
-        self._writer = FrameWriter(writer)
-        self._reading = asyncio.create_task(self._read_answers(reader))
+        self._channel = await open_link(self._link, self._on_answer)
+        self._channel.closed.add_done_callback(lambda _: self._lose())
 
     def close(self) -> None:
-        if self._reading is not None:
-            self._reading.cancel()
-        if self._writer is not None:
-            self._writer.close()
+        if self._channel is not None:
+            self._channel.close()
         self._control.close()
 
     def started(self, failure: str | None) -> None:
         """Tell the owner this front end listens (or why it could not)."""
-        assert self._writer is not None
-        self._writer.send(("started", 0, "", (failure,)))
+        self._send(("started", 0, "", (failure,)))
 
     # -- the asyncio link ---------------------------------------------------------------
-    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                call_id, outcome, payload = await read_frame(reader)
-                waiting = self._waiting.get(call_id)
-                if isinstance(waiting, asyncio.Queue):
-                    waiting.put_nowait((outcome, payload))
-                elif waiting is not None and not waiting.done():
-                    if outcome == "ok":
-                        waiting.set_result(payload)
-                    else:
-                        waiting.set_exception(payload)
-        except (LinkClosed, ConnectionError):
-            pass
-        self._lose()
+    def _on_answer(self, answer: tuple) -> None:
+        call_id, outcome, payload = answer
+        waiting = self._waiting.get(call_id)
+        if isinstance(waiting, asyncio.Queue):
+            waiting.put_nowait((outcome, payload))
+        elif waiting is not None and not waiting.done():
+            if outcome == "ok":
+                waiting.set_result(payload)
+            else:
+                waiting.set_exception(payload)
 
     def _lose(self) -> None:
         if self.lost:
@@ -89,9 +79,9 @@ class RemoteService:
         self._on_lost()
 
     def _send(self, message: tuple, plain: bool = False) -> None:
-        if self.lost or self._writer is None:
+        if self.lost or self._channel is None:
             raise Unavailable(_GONE)
-        self._writer.send(message, plain)
+        self._channel.send(message, plain)
 
     async def _call(self, method: str, *args: Any, kind: str = "call") -> Any:
         call_id = next(self._ids)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import logging
 import pickle
 import socket
 import struct
@@ -23,6 +24,8 @@ from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOut
 
 OUT_OF_BAND_BYTES = 4096
 MAX_FRAME_BYTES = 1 << 40  # a length past this is a broken stream, not a message
+
+logger = logging.getLogger(__name__)
 
 _TOTAL = struct.Struct("<Q")
 _HEAD = struct.Struct("<II")
@@ -109,25 +112,64 @@ def decode(frame: bytes | bytearray) -> Any:
     return pickle.loads(pickled, buffers=buffers)
 
 
-async def read_frame(reader: asyncio.StreamReader) -> Any:
-    """The next message from an asyncio stream; LinkClosed at its end."""
-    try:
-        (total,) = _TOTAL.unpack(await reader.readexactly(_TOTAL.size))
-        if total > MAX_FRAME_BYTES:
-            raise LinkClosed(f"frame of {total} bytes")
-        return decode(await reader.readexactly(total))
-    except asyncio.IncompleteReadError:
-        raise LinkClosed("the link closed") from None
+class Link(asyncio.Protocol):
+    """One end of a link on the event loop: each complete frame that arrives goes to ``on_message`` at once (no
+    task or future per frame), and frames sent in one turn of the loop leave in one write."""
 
-
-class FrameWriter:
-    """Writes frames to an asyncio stream, every frame queued in one turn of the loop in one write."""
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, on_message: Callable[[Any], None]) -> None:
+        self.on_message = on_message
+        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
         self._pending: list[bytes | memoryview] = []
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self._buffer:  # the usual case: whole frames, decoded in place over ``data``
+            consumed = self._deliver(memoryview(data), copy=False)
+            if consumed < len(data):
+                self._buffer += memoryview(data)[consumed:]
+            return
+        self._buffer += data  # the rest of a frame (a large one arrives in many pieces)
+        view = memoryview(self._buffer)
+        consumed = self._deliver(view, copy=True)
+        del view  # no view may remain while the buffer shrinks
+        if consumed:
+            del self._buffer[:consumed]
+
+    def _deliver(self, view: memoryview, copy: bool) -> int:
+        """Hand over every complete frame at the start of ``view``; how many bytes they took."""
+        at = 0
+        while len(view) - at >= _TOTAL.size:
+            (total,) = _TOTAL.unpack_from(view, at)
+            if total > MAX_FRAME_BYTES:  # a broken stream
+                if self.transport is not None:
+                    self.transport.close()
+                return len(view)
+            end = at + _TOTAL.size + total
+            if end > len(view):
+                break
+            body = view[at + _TOTAL.size : end]
+            at = end
+            try:
+                message = decode(bytes(body) if copy else body)
+            except Exception:  # noqa: BLE001 - both ends are ours: a frame that does not decode ends the link
+                logger.exception("a frame on a front-end link does not decode: closing the link")
+                if self.transport is not None:
+                    self.transport.close()
+                return len(view)
+            del body
+            self.on_message(message)
+        return at
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
     def send(self, message: Any, plain: bool = False) -> None:
+        """Queue one message (``plain``: see :func:`encode`); it is written at the end of this turn of the loop."""
         parts = encode(message, plain)
         if not self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
@@ -135,12 +177,22 @@ class FrameWriter:
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
-        if not self.writer.is_closing():
-            self.writer.writelines(pending)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(pending)
+
+    def is_closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
         self._flush()
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def open_link(sock: socket.socket, on_message: Callable[[Any], None]) -> Link:
+    """A :class:`Link` over a connected Unix socket."""
+    _, link = await asyncio.get_running_loop().create_unix_connection(lambda: Link(on_message), sock=sock)
+    return link
 
 
 def send_blocking(sock: socket.socket, message: Any) -> None:
