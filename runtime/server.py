@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from handlers.auto_complete import complete_config
 from runtime.auth import TokenAuth
@@ -24,6 +25,9 @@ from runtime.http.server import HttpLimits, HttpServer
 from runtime.manager import ModelManager
 from runtime.repository import ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
+
+if TYPE_CHECKING:
+    from runtime.frontends.pool import FrontEndPool
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +167,7 @@ class Server:
         logger.info("stopped")
         return self.exit_code
 
-    def _frontend_pool(self, auth: TokenAuth | None):
+    def _frontend_pool(self, auth: TokenAuth | None) -> FrontEndPool:
         from runtime.frontends.pool import FrontEndPool, FrontEndSettings
 
         options = self.options
@@ -177,7 +181,7 @@ class Server:
         return FrontEndPool(self.service, options.frontend_processes, settings)
 
     async def _shutdown(self, listeners: list[HttpServer], grpc_server, background: list[asyncio.Task],
-                        pool=None) -> None:
+                        pool: FrontEndPool | None = None) -> None:
         timeout = self.options.shutdown_timeout
         deadline = time.monotonic() + timeout
         _end_process_after(timeout + EXIT_GRACE_SECONDS, EXIT_CUT_OFF)

@@ -146,16 +146,17 @@ class FrontEndPool:
             held.close()
         return clean
 
-    def pids(self) -> list[int]:
-        return [frontend.process.pid for frontend in self.frontends.values()]
-
 
 def _hold_port(host: str, port: int, server: str) -> socket.socket:
     """A socket bound to ``host:port`` in an SO_REUSEPORT group (not listening: it takes no connections)."""
     check_bindable(f"{host}:{port}", server)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     held = socket.socket(family, socket.SOCK_STREAM)
-    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    held.bind((host.strip("[]"), port))
+    try:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind((host.strip("[]"), port))
+    except OSError as exc:
+        held.close()
+        raise OSError(f"cannot bind the {server} server to {host}:{port}: {exc.strerror}") from None
     return held
 

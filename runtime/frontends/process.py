@@ -72,6 +72,7 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
             await http.start()
     except OSError as exc:
         service.started(f"front end {settings.index}: {exc}")
+        await service.close()
         return 1
     service.started(None)
     waits = [asyncio.create_task(stop.wait())] + ([http.task] if http is not None and http.task else [])
@@ -82,7 +83,7 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
     if grpc_server is not None:
         stops.append(grpc_server.stop(timeout))
     await asyncio.gather(*stops, return_exceptions=True)
-    service.close()
+    await service.close()
     return 0
 
 

@@ -22,6 +22,7 @@ from runtime.frontends.wire import Link, LinkClosed, open_link, receive_blocking
 from runtime.types import InferRequest, InferResponse, StreamResponse
 
 DECOUPLED_MEMORY_SECONDS = 1.0
+DECOUPLED_MEMORY_ENTRIES = 1024
 BLOCKING_CALL_TIMEOUT = 30.0
 _GONE = "the server's model process is not answering"
 
@@ -46,9 +47,10 @@ class RemoteService:
         self._channel = await open_link(self._link, self._on_answer)
         self._channel.closed.add_done_callback(lambda _: self._lose())
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Close the link once what is queued on it has been written."""
         if self._channel is not None:
-            self._channel.close()
+            await self._channel.aclose()
         self._control.close()
 
     def started(self, failure: str | None) -> None:
@@ -168,6 +170,8 @@ class RemoteService:
         if known is not None and now - known[1] < DECOUPLED_MEMORY_SECONDS:
             return known[0]
         decoupled = self._blocking("is_decoupled", name, version)
+        if len(self._decoupled) >= DECOUPLED_MEMORY_ENTRIES:  # version spellings are the client's: keep it bounded
+            self._decoupled.clear()
         self._decoupled[key] = (decoupled, now)
         return decoupled
 

@@ -8,6 +8,7 @@ no copy into the pickle on the sending side, and views over the received frame o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import io
 import logging
@@ -187,6 +188,12 @@ class Link(asyncio.Protocol):
         self._flush()
         if self.transport is not None:
             self.transport.close()
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Close once what is queued has been written (the process is about to end)."""
+        self.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.closed), timeout)
 
 
 async def open_link(sock: socket.socket, on_message: Callable[[Any], None]) -> Link:
