@@ -149,48 +149,65 @@ def measure(repository: Path, files: dict, protocol: str, cpus: list[int], clien
             "status": status, "client_shares": bool(set(client_cpus) & set(cpus))}
 
 
+def scaling(max_cores: int = 4, requests: int = 40000, protocol: str = "grpc") -> list[dict]:
+    """The one-process, one-core baseline, then k front ends on k cores for k = 1 .. max_cores (as the machine
+    allows); one dict per row."""
+    available = sorted(os.sched_getaffinity(0))
+    workdir = Path(tempfile.mkdtemp(prefix="bench-frontends-"))
+    try:
+        repository = build_repository(workdir / "repo")
+        files = request_files(workdir)
+        client = available[1:2] or available[:1]  # the baseline's client on another core when there is one
+        rows = [measure(repository, files, protocol, available[:1], client, 0, requests, workdir)]
+        for cores in range(1, min(max_cores, len(available)) + 1):
+            server = available[:cores]
+            client = available[cores:cores + 2] or server  # on a small machine the client shares the server's cores
+            rows.append(measure(repository, files, protocol, server, client, cores, requests, workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    for row in rows:
+        row["scaling"] = row["rate"] / rows[0]["rate"]
+        row["target"] = 0.7 * row["cores"] if row["frontends"] and row["cores"] > 1 else None
+        row["ceiling"] = 1e6 / row["cpu_us"]["owner"] if row["frontends"] and row["cpu_us"]["owner"] else None
+        row["protocol"] = protocol
+    return rows
+
+
+def print_scaling(rows: list[dict], requests: int) -> None:
+    protocol = rows[0]["protocol"]
+    print(f"\nadd_sub_batch over {protocol}, {CONNECTIONS[protocol]} connections x {STREAMS[protocol]} in flight, "
+          f"{requests} requests, h2load")
+    print(f"{'server':32} {'req/s':>7} {'x 1-core':>8} {'target':>7}  CPU us/req: owner front-ends workers "
+          f"client   ceiling")
+    for row in rows:
+        us = row["cpu_us"]
+        serving = f"{row['frontends']} front end(s)" if row["frontends"] else "one process"
+        label = f"{row['cores']} core(s), {serving}"
+        label += " *" if row["client_shares"] else ""
+        target = f"{row['target']:.1f}x" if row["target"] else ""
+        ceiling = f"{row['ceiling']:7.0f}" if row["ceiling"] else "       "
+        print(f"{label:32} {row['rate']:7.0f} {row['scaling']:7.2f}x {target:>7}  {us['owner']:21.0f} "
+              f"{us['frontends']:10.0f} {us['workers']:7.0f} {row['client_us']:6.0f}   {ceiling}")
+    print("* the client (h2load) shares the server's cores: its CPU per request is in the client column; ceiling: "
+          "1 / the owner's CPU per request, the most any number of front ends reaches")
+
+
+def available() -> bool:
+    return shutil.which("h2load") is not None and shutil.which("taskset") is not None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cores", type=int, default=4, help="the most cores to give the server")
     parser.add_argument("--requests", type=int, default=40000)
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     args = parser.parse_args()
-    if shutil.which("h2load") is None or shutil.which("taskset") is None:
+    if not available():
         print("needs h2load (apt install nghttp2-client) and taskset")
         return 2
-    available = sorted(os.sched_getaffinity(0))
-    workdir = Path(tempfile.mkdtemp(prefix="bench-frontends-"))
-    try:
-        repository = build_repository(workdir / "repo")
-        files = request_files(workdir)
-        rows = []
-        # the baseline: one process on one core, the client on another core when there is one
-        client = available[1:2] or available[:1]
-        rows.append(measure(repository, files, args.protocol, available[:1], client, 0, args.requests, workdir))
-        for cores in range(1, min(args.cores, len(available)) + 1):
-            server = available[:cores]
-            client = available[cores:cores + 2] or server  # on a small machine the client shares the server's cores
-            rows.append(measure(repository, files, args.protocol, server, client, cores, args.requests, workdir))
-        base = rows[0]["rate"]
-        print(f"\nadd_sub_batch over {args.protocol}, {CONNECTIONS[args.protocol]} connections x "
-              f"{STREAMS[args.protocol]} in flight, "
-              f"{args.requests} requests, h2load")
-        print(f"{'server':32} {'req/s':>7} {'x 1-core':>8} {'target':>7}  CPU us/req: owner front-ends workers "
-              f"client   ceiling")
-        for row in rows:
-            us = row["cpu_us"]
-            label = (f"{row['cores']} core(s), " + (f"{row['frontends']} front end(s)" if row["frontends"]
-                                                    else "one process"))
-            label += " *" if row["client_shares"] else ""
-            ceiling = 1e6 / us["owner"] if row["frontends"] and us["owner"] else float("nan")
-            target = f"{0.7 * row['cores']:.1f}x" if row["frontends"] else ""
-            print(f"{label:32} {row['rate']:7.0f} {row['rate'] / base:7.2f}x {target:>7}  "
-                  f"{us['owner']:21.0f} {us['frontends']:10.0f} {us['workers']:7.0f} {row['client_us']:6.0f}   "
-                  f"{ceiling:7.0f}")
-        print("* the client (h2load) shares the server's cores: its CPU per request is in the client column")
-        print(json.dumps(rows))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    rows = scaling(args.cores, args.requests, args.protocol)
+    print_scaling(rows, args.requests)
+    print(json.dumps(rows))
     return 0
 
 

@@ -1,6 +1,6 @@
 """Benchmark: our server against bare onnxruntime and Seldon MLServer, in one run.
 
-    .venv/bin/python scripts/benchmark.py [--quick] [--skip-mlserver] [--skip-triton] [--output F]
+    .venv/bin/python scripts/benchmark.py [--quick] [--skip-mlserver] [--skip-triton] [--skip-frontends] [--output F]
 
 Starts `bootstrap run` on loopback with a generated repository (a compute-bound MLP and a
 near-identity model, each with dynamic batching on and off), drives it with the real
@@ -17,7 +17,9 @@ throughput and p50/p99 latency, plus these ratios:
 - large JSON tensors: the server's peak memory growth per MiB of JSON while 4 requests of
   ~55 MiB of JSON arrive at once, and the slowest health answer meanwhile;
 - side by side with real Triton 2.51 (scripts/bench_vs_triton.py): three Python-backend models,
-  each server on one CPU, the client on another, as ours / Triton ratios (--skip-triton leaves it out).
+  each server on one CPU, the client on another, as ours / Triton ratios (--skip-triton leaves it out);
+- across cores (scripts/bench_frontends.py, needs h2load): the tiny Python model served by one process on one core,
+  then by k front-end processes on k cores, against the target of 0.7·k (--skip-frontends leaves it out).
 
 Every server (ours, the echo server, MLServer) starts on CPU 0, bare onnxruntime is measured from CPU 0 too, and
 the load generator runs on the other CPUs, so the client's own CPU is not taken from the servers (on a one-CPU
@@ -56,6 +58,8 @@ sys.path.insert(0, str(ROOT))
 from examples.build_models import build_dense_onnx, save_onnx  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
+from bench_frontends import available as frontends_available  # noqa: E402
+from bench_frontends import print_scaling, scaling  # noqa: E402
 from bench_vs_triton import pinned, print_ratios, ratios, side_by_side  # noqa: E402
 
 SERVER_CPU = 0  # every server, and bare onnxruntime; the load generator gets the rest
@@ -109,6 +113,7 @@ class Results:
     targets: dict = field(default_factory=dict)
     json_memory: dict = field(default_factory=dict)
     vs_triton: list = field(default_factory=list)  # ours / real Triton, Python-backend models (bench_vs_triton)
+    across_cores: list = field(default_factory=list)  # front-end processes on k cores (bench_frontends)
 
 
 def free_port() -> int:
@@ -653,9 +658,17 @@ async def main_async(args: argparse.Namespace) -> Results:
             print("\nside by side with real Triton 2.51 (Python backend; each server on CPU 0, client on CPU 1)",
                   flush=True)
             results.vs_triton = ratios(side_by_side(requests=600 if args.quick else 3000))
+        if not args.skip_frontends and frontends_available():
+            print("\nacross cores: front-end processes (h2load; gRPC and HTTP)", flush=True)
+            for protocol in ("grpc", "http"):
+                results.across_cores += scaling(4, 8000 if args.quick else 40000, protocol)
         summarize(results, concurrency)
         if results.vs_triton:
             print_ratios(results.vs_triton)
+        for protocol in ("grpc", "http"):
+            rows = [row for row in results.across_cores if row["protocol"] == protocol]
+            if rows:
+                print_scaling(rows, 8000 if args.quick else 40000)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return results
@@ -666,6 +679,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter points and fewer concurrencies")
     parser.add_argument("--skip-mlserver", action="store_true", help="do not install or run MLServer")
     parser.add_argument("--skip-triton", action="store_true", help="do not run the side by side with real Triton")
+    parser.add_argument("--skip-frontends", action="store_true", help="do not measure front-end processes")
     parser.add_argument("--output", type=Path, default=ROOT / "bench_results.json")
     parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
