@@ -1,10 +1,10 @@
 """The owner's side of a front-end link: calls on the inference core, made for a front-end process.
 
-Requests are ``(kind, call id, method, args)``: ``infer`` runs one inference (request and response packed
-as plain tuples, :mod:`runtime.frontends.messages`), ``call`` runs another core method (awaited when it is a
-coroutine), ``stream`` iterates :meth:`InferenceService.infer_stream`, ``cancel`` cancels a running call (its
-client went away). Answers are ``(call id, outcome, payload)`` with outcome ``ok``, ``error`` (a :class:`ServingError`),
-``item`` (one streamed response) or ``end``.
+Requests are ``(kind, call id, method, args)``: ``infer`` runs one inference and ``stream`` iterates
+:meth:`InferenceService.infer_stream` (requests and responses packed as plain tuples,
+:mod:`runtime.frontends.messages`), ``call`` runs another core method (awaited when it is a coroutine),
+``cancel`` cancels a running call (its client went away). Answers are ``(call id, outcome, payload)`` with
+outcome ``ok``, ``error`` (a :class:`ServingError`), ``item`` (one streamed response) or ``end``.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from runtime.errors import InternalError, ServingError
-from runtime.frontends.messages import pack_response, unpack_request
+from runtime.frontends.messages import pack_response, pack_stream_response, unpack_request
 from runtime.frontends.wire import Link, open_link
 
 logger = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ class OwnerEndpoint:
     def on_message(self, message: tuple) -> None:
         kind, call_id, method, args = message
         if kind == "infer":
-            self._start(call_id, self._infer(call_id, args))
+            self._start(call_id, self._await(call_id, self._infer(args), plain=True))
         elif kind == "call" and method in CALLABLE:
             self._call(call_id, method, args)
         elif kind == "cancel":
@@ -88,18 +87,10 @@ class OwnerEndpoint:
         self.running[call_id] = task
         task.add_done_callback(lambda _: self.running.pop(call_id, None))
 
-    async def _infer(self, call_id: int, packed: tuple) -> None:
-        try:
-            response = await self.service.infer(unpack_request(packed))
-        except asyncio.CancelledError:
-            return
-        except Exception as exc:  # noqa: BLE001
-            self._send((call_id, "error", as_serving_error(exc)))
-            return
-        if self.link is not None and not self.link.is_closing():
-            self.link.send((call_id, "ok", pack_response(response)), plain=True)
+    async def _infer(self, packed: tuple) -> tuple:
+        return pack_response(await self.service.infer(unpack_request(packed)))
 
-    async def _await(self, call_id: int, pending: Any) -> None:
+    async def _await(self, call_id: int, pending: Any, plain: bool = False) -> None:
         try:
             result = await pending
         except asyncio.CancelledError:
@@ -107,14 +98,12 @@ class OwnerEndpoint:
         except Exception as exc:  # noqa: BLE001
             self._send((call_id, "error", as_serving_error(exc)))
             return
-        self._send((call_id, "ok", result))
+        self._send((call_id, "ok", result), plain)
 
-    async def _stream(self, call_id: int, args: tuple) -> None:
+    async def _stream(self, call_id: int, packed: tuple) -> None:
         try:
-            async for item in self.service.infer_stream(*args):
-                if item.error is not None:
-                    item = replace(item, error=as_serving_error(item.error))
-                self._send((call_id, "item", item))
+            async for item in self.service.infer_stream(unpack_request(packed)):
+                self._send((call_id, "item", pack_stream_response(item, as_serving_error)), plain=True)
         except asyncio.CancelledError:
             return
         except Exception as exc:  # noqa: BLE001
@@ -122,11 +111,11 @@ class OwnerEndpoint:
             return
         self._send((call_id, "end", None))
 
-    def _send(self, answer: tuple) -> None:
+    def _send(self, answer: tuple, plain: bool = False) -> None:
         if self.link is None or self.link.is_closing():
             return
         try:
-            self.link.send(answer)
+            self.link.send(answer, plain)
         except Exception as exc:  # noqa: BLE001 - an answer that cannot be pickled still answers the call
             self.link.send((answer[0], "error", as_serving_error(exc)))
 

@@ -1,4 +1,4 @@
-"""Inference requests and responses as plain tuples for the front-end link.
+"""Inference requests and responses (streamed ones too) as plain tuples for the front-end link.
 
 Pickling the dataclasses and numpy arrays themselves costs about 15 µs a message; tuples of strings, bytes and
 shapes cost about 1. Tensor bytes of at least ``OUT_OF_BAND_BYTES`` go as buffers beside the pickle (no copy
@@ -8,12 +8,14 @@ into it); smaller ones are copied in.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from runtime.errors import ServingError
 from runtime.frontends.wire import OUT_OF_BAND_BYTES
-from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
+from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput, StreamResponse
 
 
 def _bytes(buffer: bytes | memoryview | None) -> Any:
@@ -69,3 +71,14 @@ def pack_response(r: InferResponse) -> tuple:
 def unpack_response(packed: tuple) -> InferResponse:
     name, version, response_id, outputs, parameters = packed
     return InferResponse(name, version, response_id, [_unpack_tensor(t) for t in outputs], parameters)
+
+
+def pack_stream_response(item: StreamResponse, as_error: Callable[[BaseException], ServingError]) -> tuple:
+    """One response of a stream; its error (if any) made a :class:`ServingError` by ``as_error``."""
+    response = pack_response(item.response) if item.response is not None else None
+    return response, as_error(item.error) if item.error is not None else None, item.final
+
+
+def unpack_stream_response(packed: tuple) -> StreamResponse:
+    response, error, final = packed
+    return StreamResponse(unpack_response(response) if response is not None else None, error, final)

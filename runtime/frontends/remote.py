@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from runtime.errors import Unavailable
-from runtime.frontends.messages import pack_request, unpack_response
+from runtime.frontends.messages import pack_request, unpack_response, unpack_stream_response
 from runtime.frontends.wire import Link, LinkClosed, open_link, receive_blocking, send_blocking
 from runtime.types import InferRequest, InferResponse, StreamResponse
 
@@ -190,11 +190,11 @@ class RemoteService:
         self._waiting[call_id] = answers
         ended = False
         try:
-            self._send(("stream", call_id, "", (request,)))
+            self._send(("stream", call_id, "", pack_request(request)), plain=True)
             while True:
                 outcome, payload = await answers.get()
                 if outcome == "item":
-                    yield payload
+                    yield unpack_stream_response(payload)
                     continue
                 ended = True
                 if outcome == "error":

@@ -1,15 +1,14 @@
 """Frames between a front-end process and the model owner: pickled messages whose tensors travel beside them.
 
-A frame is ``<Q total> <I pickle length> <I buffer count> <Q length>* pickle buffer*``. Arrays of at least
-``OUT_OF_BAND_BYTES`` (and memoryviews, such as request bodies sliced without a copy) are written out of band:
-no copy into the pickle on the sending side, and views over the received frame on the other.
+A frame is ``<Q total> <I pickle length> <I buffer count> <Q length>* pickle buffer*``. Buffers of at least
+``OUT_OF_BAND_BYTES`` (numpy arrays, and the tensor contents :mod:`runtime.frontends.messages` packs) are written
+out of band: no copy into the pickle on the sending side, and views over the received frame on the other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import io
 import logging
 import pickle
@@ -18,10 +17,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from runtime.protocol import model_config_pb2
-from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput, StreamResponse
 
 OUT_OF_BAND_BYTES = 4096
 MAX_FRAME_BYTES = 1 << 40  # a length past this is a broken stream, not a message
@@ -36,40 +32,13 @@ class LinkClosed(ConnectionError):
     """The other process closed the link (or it broke mid-frame)."""
 
 
-def _array(data: bytes, dtype: str, shape: tuple) -> np.ndarray:
-    return np.frombuffer(data, dtype).reshape(shape)
-
-
-def _reduce_array(array: np.ndarray) -> tuple:
-    """Small arrays as their bytes (a quarter of numpy's own pickling cost); others as numpy pickles them,
-    out of band."""
-    if array.nbytes < OUT_OF_BAND_BYTES and not array.dtype.hasobject:
-        return _array, (array.tobytes(), array.dtype.str, array.shape)
-    return array.__reduce_ex__(5)
-
-
-def _reduce_fields(names: tuple[str, ...]) -> Callable[[Any], tuple]:
-    """A dataclass as its constructor's positional arguments (cheaper than pickling its ``__dict__``)."""
-    return lambda obj: (type(obj), tuple(getattr(obj, name) for name in names))
-
-
-def _fields(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
 def _model_config(serialized: bytes) -> model_config_pb2.ModelConfig:
     return model_config_pb2.ModelConfig.FromString(serialized)
 
 
 class _Pickler(pickle.Pickler):
-    dispatch_table = {
-        # the generated class names a module ("model_config_pb2") that is importable only as runtime.protocol's
-        model_config_pb2.ModelConfig: lambda config: (_model_config, (config.SerializeToString(),)),
-        memoryview: lambda view: (memoryview, (pickle.PickleBuffer(view),)),  # plain pickle refuses memoryviews
-        np.ndarray: _reduce_array,
-        **{cls: _reduce_fields(_fields(cls)) for cls in (InferTensor, InferRequest, InferResponse, RequestedOutput,
-                                                          StreamResponse)},
-    }
+    # the generated class names a module ("model_config_pb2") that is importable only as runtime.protocol's
+    dispatch_table = {model_config_pb2.ModelConfig: lambda config: (_model_config, (config.SerializeToString(),))}
 
 
 def encode(message: Any, plain: bool = False) -> list[bytes | memoryview]:
