@@ -25,7 +25,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import psutil
 
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG  # noqa: E402
+from bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG, wait_ready  # noqa: E402
 
 from tests.support import free_port  # noqa: E402
 
@@ -79,17 +78,8 @@ def start(repository: Path, cpus: list[int], frontends: int, log: Path) -> tuple
                "--model-repository", str(repository), "--host", "127.0.0.1", "--http-port", str(http),
                "--grpc-port", str(grpc), "--no-metrics", "--device", "cpu", "--frontend-processes", str(frontends)]
     process = subprocess.Popen(command, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {log.read_text()}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1, trust_env=False).status_code == 200:
-                return process, http, grpc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError("the server did not get ready")
+    wait_ready(process, http, timeout=120)
+    return process, http, grpc
 
 
 def cpu_by_role(pid: int) -> dict[str, float]:
