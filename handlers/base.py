@@ -129,7 +129,8 @@ class StartedExecution(Protocol):
 
 
 class ModelHandler(abc.ABC):
-    """A loaded model instance.  ``execute`` runs in a worker thread, never on the event loop.
+    """A loaded model instance.  ``execute`` runs in a worker thread; a CPU :class:`TensorHandler` measured to
+    run in well under a millisecond may run on the event loop (``runtime.scheduler``), so it must not block on it.
 
     An instance runs one execution at a time; ``timing`` holds the phases of the current one.
     """

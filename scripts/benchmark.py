@@ -61,6 +61,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_frontends import available as frontends_available  # noqa: E402
 from bench_frontends import print_scaling, scaling  # noqa: E402
 from bench_vs_triton import pinned, print_ratios, ratios, side_by_side  # noqa: E402
+from bench_vs_triton import targets as triton_targets  # noqa: E402
 
 SERVER_CPU = 0  # every server, and bare onnxruntime; the load generator gets the rest
 PINNING = (os.cpu_count() or 1) > 1 and hasattr(os, "sched_setaffinity")
@@ -569,11 +570,11 @@ def summarize(results: Results, concurrency: tuple[int, ...]) -> None:
     results.ratios = ratios
     grpc32 = ratios["vs_bare_same_executed_batch"].get("grpc@32")
     ml32 = ratios["vs_mlserver"].get("grpc@32_both_batching") or ratios["vs_mlserver"].get("grpc@32")
+    overhead = ratios.get("identity_grpc_p50_overhead_us_at_c1")
     results.targets = {
-        "served >= 0.8x bare onnxruntime at the same (executed) batch size, gRPC c=32": [grpc32, 0.8],
-        "throughput >= 2x MLServer at c=32 (gRPC)": [ml32, 2.0],
-        "near-identity p50 overhead over gRPC at c=1 < 300 us (vs the echo server)": [
-            ratios.get("identity_grpc_p50_overhead_us_at_c1"), 300.0],
+        "MLP served / bare onnxruntime at the mean executed batch size, gRPC c=32": target(grpc32, ">=", 0.8),
+        "MLP throughput / MLServer at c=32 (gRPC)": target(ml32, ">=", 2.0),
+        "near-identity p50 over gRPC at c=1 minus the echo server's, us": target(overhead, "<", 300.0),
     }
     print("\nratios")
     for name, values in ratios.items():
@@ -581,13 +582,33 @@ def summarize(results: Results, concurrency: tuple[int, ...]) -> None:
             print(f"  {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in values.items()))
         else:
             print(f"  {name}: {values:.0f}")
-    print("\ntargets")
-    for name, (value, goal) in results.targets.items():
-        if value is None:
-            print(f"  {name}: not measured")
+
+
+def target(value: float | None, relation: str, goal: float) -> dict:
+    """One target: the measured value (None when not measured), the relation it must hold to the goal, met."""
+    met = None if value is None else (value >= goal if relation == ">=" else value <= goal if relation == "<="
+                                      else value < goal)
+    return {"value": value, "relation": relation, "goal": goal, "met": met}
+
+
+def collect_targets(results: Results) -> None:
+    """Adds the side-by-side and across-cores targets to ``results.targets`` (the issue's whole list, one run)."""
+    for what, value, goal, _ in triton_targets(results.vs_triton):
+        results.targets[what] = target(value, "<=" if "p50" in what else ">=", goal)
+    for row in results.across_cores:
+        if row["target"]:
+            results.targets[f"{row['protocol']} add_sub_batch, {row['frontends']} front ends on {row['cores']} cores "
+                            f"/ one process on 1 core"] = target(row["scaling"], ">=", row["target"])
+
+
+def print_targets(results: Results) -> None:
+    print("\ntargets (this run)")
+    for name, row in results.targets.items():
+        if row["value"] is None:
+            print(f"  {name}: not measured (target {row['relation']} {row['goal']:g})")
             continue
-        met = value < goal if "overhead" in name else value >= goal
-        print(f"  {name}: {value:.2f} ({'met' if met else 'NOT met'})")
+        print(f"  {name}: {row['value']:.2f} (target {row['relation']} {row['goal']:g}: "
+              f"{'met' if row['met'] else 'NOT met'})")
 
 
 async def main_async(args: argparse.Namespace) -> Results:
@@ -669,6 +690,8 @@ async def main_async(args: argparse.Namespace) -> Results:
             rows = [row for row in results.across_cores if row["protocol"] == protocol]
             if rows:
                 print_scaling(rows, 8000 if args.quick else 40000)
+        collect_targets(results)
+        print_targets(results)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return results

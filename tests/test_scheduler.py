@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from handlers.base import HandlerContext, TensorHandler
 from runtime.config import parse_model_config
 from runtime.errors import Unavailable
-from runtime.scheduler import Scheduler, _Item, _signature
+from runtime.scheduler import INLINE_INPUT_BYTES, INLINE_SECONDS, Scheduler, _Item, _signature
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor
 
@@ -133,3 +136,74 @@ def test_a_timed_out_request_frees_its_queue_slot_at_once():
         with pytest.raises(Unavailable, match="Request timeout expired"):  # not "Exceeds maximum queue size"
             await scheduler.submit(later, 1)
     asyncio.run(main())
+
+
+class _ThreadRecorder(TensorHandler):
+    """Doubles its input, noting the thread each run happens on; ``seconds``: how long a run takes."""
+
+    def __init__(self, spec, seconds: float = 0.0, device: str = "cpu") -> None:
+        super().__init__(HandlerContext(spec=spec, version=1, repository_dir=Path(".")))
+        self.seconds, self.device, self.threads = seconds, device, []
+
+    def load(self) -> None:
+        pass
+
+    def prepare(self, inputs):
+        return inputs
+
+    def infer(self, feeds):
+        self.threads.append(threading.get_ident())
+        if self.seconds:
+            time.sleep(self.seconds)
+        return feeds
+
+    def collect(self, results):
+        return {"OUT": results["IN"] * 2}
+
+
+def _run_inline_case(seconds: float = 0.0, device: str = "cpu", width: int = 3, runs: int = 6) -> list[bool]:
+    """For each of ``runs`` sequential requests: whether it ran on the event loop's own thread."""
+    spec = parse_model_config(CONFIG.replace("python", "onnxruntime") % "", "m")
+
+    async def main():
+        handler = _ThreadRecorder(spec, seconds, device)
+        scheduler = Scheduler(spec, [handler], ThreadPoolExecutor(1), ModelStatistics())
+        try:
+            for _ in range(runs):
+                result, _ = await scheduler.submit(_request(1, width), 1)
+                np.testing.assert_array_equal(result["OUT"], np.zeros((1, width), np.float32))
+        finally:
+            await scheduler.close()
+        return [thread == threading.get_ident() for thread in handler.threads]
+
+    return asyncio.run(main())
+
+
+def test_a_cheap_cpu_tensor_model_runs_on_the_loop_once_measured():
+    # the first run is measured in a worker thread; then, measured cheap, runs stay on the loop
+    assert _run_inline_case() == [False] + [True] * 5
+
+
+def test_slow_runs_large_inputs_and_gpu_models_stay_in_worker_threads():
+    assert not any(_run_inline_case(seconds=INLINE_SECONDS * 3, runs=3))
+    assert not any(_run_inline_case(width=INLINE_INPUT_BYTES // 4 + 1, runs=3))  # FP32: just over the limit
+    assert not any(_run_inline_case(device="cuda:0", runs=3))
+
+
+def test_a_model_that_turns_slow_goes_back_to_worker_threads():
+    async def main():
+        spec = parse_model_config(CONFIG.replace("python", "onnxruntime") % "", "m")
+        handler = _ThreadRecorder(spec)
+        scheduler = Scheduler(spec, [handler], ThreadPoolExecutor(1), ModelStatistics())
+        try:
+            for _ in range(3):
+                await scheduler.submit(_request(1), 1)
+            handler.seconds = 0.01  # one slow run on the loop raises the average past the limit
+            for _ in range(3):
+                await scheduler.submit(_request(1), 1)
+        finally:
+            await scheduler.close()
+        loop_thread = threading.get_ident()
+        return [thread == loop_thread for thread in handler.threads]
+
+    assert asyncio.run(main()) == [False, True, True, True, False, False]
