@@ -72,6 +72,12 @@ def pin_client() -> None:
     if PINNING:
         os.sched_setaffinity(0, set(range(os.cpu_count() or 1)) - {SERVER_CPU})
 
+
+def unpin() -> None:
+    """Every CPU again (the across-cores part places its servers and client itself, from this process's CPUs)."""
+    if PINNING:
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+
 WIDTH, LAYERS = 1024, 8
 IDENTITY_WIDTH = 16
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
@@ -681,6 +687,7 @@ async def main_async(args: argparse.Namespace) -> Results:
             results.vs_triton = ratios(side_by_side(requests=600 if args.quick else 3000))
         if not args.skip_frontends and frontends_available():
             print("\nacross cores: front-end processes (h2load; gRPC and HTTP)", flush=True)
+            unpin()
             for protocol in ("grpc", "http"):
                 results.across_cores += scaling(4, 8000 if args.quick else 40000, protocol)
         summarize(results, concurrency)
