@@ -21,6 +21,8 @@ throughput and p50/p99 latency, plus these ratios:
 - across cores (scripts/bench_frontends.py, needs h2load): the tiny Python model served by one process on one core,
   then by k front-end processes on k cores, against the target of 0.7·k (--skip-frontends leaves it out).
 
+It ends with every target from this run in one list: the measured value, the goal, met or not.
+
 Every server (ours, the echo server, MLServer) starts on CPU 0, bare onnxruntime is measured from CPU 0 too, and
 the load generator runs on the other CPUs, so the client's own CPU is not taken from the servers (on a one-CPU
 machine nothing is pinned). onnxruntime pins its intra-op threads to cores of its own choosing, outside that
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import operator
 import os
 import platform
 import shutil
@@ -77,6 +80,7 @@ def unpin() -> None:
     """Every CPU again (the across-cores part places its servers and client itself, from this process's CPUs)."""
     if PINNING:
         os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+
 
 WIDTH, LAYERS = 1024, 8
 IDENTITY_WIDTH = 16
@@ -590,10 +594,12 @@ def summarize(results: Results, concurrency: tuple[int, ...]) -> None:
             print(f"  {name}: {values:.0f}")
 
 
+RELATIONS = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
+
+
 def target(value: float | None, relation: str, goal: float) -> dict:
     """One target: the measured value (None when not measured), the relation it must hold to the goal, met."""
-    met = None if value is None else (value >= goal if relation == ">=" else value <= goal if relation == "<="
-                                      else value < goal)
+    met = None if value is None else RELATIONS[relation](value, goal)
     return {"value": value, "relation": relation, "goal": goal, "met": met}
 
 

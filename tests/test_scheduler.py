@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from handlers.base import HandlerContext, TensorHandler
+from handlers.base import HandlerContext, ModelHandler, TensorHandler
 from runtime.config import parse_model_config
 from runtime.errors import Unavailable
 from runtime.scheduler import INLINE_INPUT_BYTES, INLINE_SECONDS, Scheduler, _Item, _signature
@@ -161,12 +161,28 @@ class _ThreadRecorder(TensorHandler):
         return {"OUT": results["IN"] * 2}
 
 
-def _run_inline_case(seconds: float = 0.0, device: str = "cpu", width: int = 3, runs: int = 6) -> list[bool]:
+class _PlainRecorder(ModelHandler):
+    """Not a tensor model (as the Python backend's blocking path): may wait on the loop, so never runs on it."""
+
+    def __init__(self, spec, seconds: float = 0.0, device: str = "cpu") -> None:
+        super().__init__(HandlerContext(spec=spec, version=1, repository_dir=Path(".")))
+        self.threads = []
+
+    def load(self) -> None:
+        pass
+
+    def execute(self, requests):
+        self.threads.append(threading.get_ident())
+        return [{"OUT": request.inputs[0].data * 2} for request in requests]
+
+
+def _run_inline_case(seconds: float = 0.0, device: str = "cpu", width: int = 3, runs: int = 6,
+                     handler_class: type = _ThreadRecorder) -> list[bool]:
     """For each of ``runs`` sequential requests: whether it ran on the event loop's own thread."""
     spec = parse_model_config(CONFIG.replace("python", "onnxruntime") % "", "m")
 
     async def main():
-        handler = _ThreadRecorder(spec, seconds, device)
+        handler = handler_class(spec, seconds, device)
         scheduler = Scheduler(spec, [handler], ThreadPoolExecutor(1), ModelStatistics())
         try:
             for _ in range(runs):
@@ -184,10 +200,11 @@ def test_a_cheap_cpu_tensor_model_runs_on_the_loop_once_measured():
     assert _run_inline_case() == [False] + [True] * 5
 
 
-def test_slow_runs_large_inputs_and_gpu_models_stay_in_worker_threads():
+def test_slow_runs_large_inputs_gpu_and_non_tensor_models_stay_in_worker_threads():
     assert not any(_run_inline_case(seconds=INLINE_SECONDS * 3, runs=3))
     assert not any(_run_inline_case(width=INLINE_INPUT_BYTES // 4 + 1, runs=3))  # FP32: just over the limit
     assert not any(_run_inline_case(device="cuda:0", runs=3))
+    assert not any(_run_inline_case(runs=3, handler_class=_PlainRecorder))
 
 
 def test_a_model_that_turns_slow_goes_back_to_worker_threads():
