@@ -1,0 +1,168 @@
+"""Where a small request's CPU goes: each protocol's floor beside our server, CPU per request by thread.
+
+    .venv/bin/python scripts/profile_floors.py            # needs h2load (apt install nghttp2-client) and taskset
+
+Serves, one at a time on CPU 0, with h2load on CPU 1 and 128 requests in flight (gRPC: 16 connections x 8
+streams; HTTP/1.1: 128 connections):
+
+- the floors: the benchmark's grpc.aio echo server (scripts/benchmark.py --echo-server), and a bare ASGI app that
+  answers the body back under our own HTTP listener (granian, embedded as the server embeds it);
+- our server with bench_vs_triton's models: ``add_sub_onnx`` and ``add_sub_batch`` (the tiny Python model).
+
+For each it prints requests/s, the server's CPU per request split into its main (event-loop) thread, its other
+threads and its child processes (Python workers), and the mean batch the model executed. Our CPU per request
+minus the floor's is what our own code costs on top of the protocol stack. Not a test: the numbers depend on the
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_vs_triton import build_repository, wait_ready  # noqa: E402
+
+from tests.support import free_port  # noqa: E402
+
+REQUESTS = 60000
+LOAD = {"grpc": ["-c", "16", "-m", "8"], "http": ["--h1", "-c", "128", "-m", "1"]}
+
+
+def serve_http_echo(port: int) -> None:
+    """A bare ASGI app under our HTTP listener: reads the body, answers it back."""
+    import uvloop
+
+    from runtime.http.server import HttpServer
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/octet-stream"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def run() -> None:
+        server = HttpServer(app, "127.0.0.1", port)
+        await server.start()
+        await asyncio.Event().wait()
+
+    uvloop.run(run())
+
+
+def request_bodies(model: str, folder: Path) -> dict[str, tuple[Path, list[str]]]:
+    """One add_sub request for ``model``: gRPC's framed message, and an HTTP binary-tensor body; with headers."""
+    from tritonclient.grpc import service_pb2
+    from tritonclient.http import InferenceServerClient, InferInput
+
+    values = np.arange(4, dtype=np.float32).reshape(1, 4)
+    message = service_pb2.ModelInferRequest(model_name=model)
+    for name in ("INPUT0", "INPUT1"):
+        message.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        message.raw_input_contents.append(values.tobytes())
+    serialized = message.SerializeToString()
+    (folder / "request.grpc").write_bytes(b"\0" + struct.pack(">I", len(serialized)) + serialized)
+    inputs = [InferInput(name, [1, 4], "FP32").set_data_from_numpy(values) for name in ("INPUT0", "INPUT1")]
+    body, json_size = InferenceServerClient.generate_request_body(inputs)
+    (folder / "request.http").write_bytes(body)
+    return {"grpc": (folder / "request.grpc", ["content-type: application/grpc", "te: trailers"]),
+            "http": (folder / "request.http", ["content-type: application/octet-stream",
+                                               f"inference-header-content-length: {json_size}"])}
+
+
+def cpu_by_thread(pid: int) -> dict[str, float]:
+    """CPU seconds so far: the server's main thread, its other threads, its child processes."""
+    root = psutil.Process(pid)
+    threads = root.threads()
+    main = next((t.user_time + t.system_time for t in threads if t.id == pid), 0.0)
+    others = sum(t.user_time + t.system_time for t in threads if t.id != pid)
+    children = 0.0
+    for child in root.children(recursive=True):
+        try:
+            times = child.cpu_times()
+            children += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return {"main": main, "other threads": others, "children": children}
+
+
+def profile(label: str, protocol: str, command: list[str], port: int, url_path: str, body: tuple[Path, list[str]],
+            stats_url: str | None = None, ready_port: int | None = None) -> None:
+    log = tempfile.TemporaryFile()
+    server = subprocess.Popen(["taskset", "-c", "0", *command], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if ready_port:
+            wait_ready(server, ready_port)
+        else:
+            time.sleep(4)
+        path, headers = body
+        load = ["taskset", "-c", "1", "h2load", *LOAD[protocol], "-d", str(path),
+                *(part for header in headers for part in ("-H", header)), f"http://127.0.0.1:{port}{url_path}"]
+        subprocess.run([*load, "-n", "5000"], capture_output=True, check=True)  # warm-up
+        before, began = cpu_by_thread(server.pid), time.perf_counter()
+        output = subprocess.run([*load, "-n", str(REQUESTS)], capture_output=True, text=True, check=True).stdout
+        elapsed, after = time.perf_counter() - began, cpu_by_thread(server.pid)
+        batch = ""
+        if stats_url:
+            stats = httpx.get(stats_url, trust_env=False).json()["model_stats"][0]
+            batch = f"  mean batch {stats['inference_count'] / max(1, stats['execution_count']):.1f}"
+        split = {part: (after[part] - before[part]) / REQUESTS * 1e6 for part in after}
+        status = next((line.strip() for line in output.splitlines() if line.strip().startswith("status codes")), "")
+        print(f"{label:34} {REQUESTS / elapsed:7.0f}/s  {sum(split.values()):6.0f} us/req  ("
+              + ", ".join(f"{part} {value:.0f}" for part, value in split.items()) + f"){batch}  [{status}]",
+              flush=True)
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    python = sys.executable
+    with tempfile.TemporaryDirectory(prefix="profile-floors-") as workdir:
+        folder = Path(workdir)
+        repository = build_repository(folder / "repo", "ours")
+        infer = "/inference.GRPCInferenceService/ModelInfer"
+        port = free_port()
+        profile("grpc.aio echo (floor)", "grpc", [python, "scripts/benchmark.py", "--echo-server", str(port)],
+                port, infer, request_bodies("add_sub_batch", folder)["grpc"])
+        port = free_port()
+        profile("granian ASGI echo (floor)", "http", [python, __file__, "--http-echo", str(port)], port,
+                "/v2/models/add_sub_batch/infer", request_bodies("add_sub_batch", folder)["http"])
+        for protocol in ("grpc", "http"):
+            for model in ("add_sub_onnx", "add_sub_batch"):
+                http, grpc = free_port(), free_port()
+                command = [python, "-m", "bootstrap.cli", "run", "--model-repository", str(repository), "--host",
+                           "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc), "--no-metrics",
+                           "--device", "cpu"]
+                profile(f"ours, {protocol} {model}", protocol, command, grpc if protocol == "grpc" else http,
+                        infer if protocol == "grpc" else f"/v2/models/{model}/infer",
+                        request_bodies(model, folder)[protocol],
+                        stats_url=f"http://127.0.0.1:{http}/v2/models/{model}/stats", ready_port=http)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--http-echo":
+        serve_http_echo(int(sys.argv[2]))
+    else:
+        os.environ.setdefault("NO_PROXY", "*")
+        main()
