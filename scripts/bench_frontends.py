@@ -49,13 +49,14 @@ def build_repository(root: Path) -> Path:
     return root
 
 
-def request_files(workdir: Path) -> dict[str, tuple[Path, list[str]]]:
-    """One add_sub_batch request as gRPC's framed message and as an HTTP binary-tensor body, with its headers."""
+def request_files(workdir: Path, model: str = "add_sub_batch") -> dict[str, tuple[Path, list[str]]]:
+    """One add_sub request for ``model`` as gRPC's framed message and as an HTTP binary-tensor body, with its
+    headers (written into ``workdir``, replacing the last ones)."""
     from tritonclient.grpc import service_pb2
     from tritonclient.http import InferenceServerClient, InferInput
 
     values = np.arange(4, dtype=np.float32).reshape(1, 4)
-    message = service_pb2.ModelInferRequest(model_name="add_sub_batch")
+    message = service_pb2.ModelInferRequest(model_name=model)
     for name in ("INPUT0", "INPUT1"):
         tensor = message.inputs.add(name=name, datatype="FP32", shape=[1, 4])
         del tensor  # contents travel in raw_input_contents, as tritonclient sends them

@@ -605,8 +605,8 @@ def target(value: float | None, relation: str, goal: float) -> dict:
 
 def collect_targets(results: Results) -> None:
     """Adds the side-by-side and across-cores targets to ``results.targets`` (the issue's whole list, one run)."""
-    for what, value, goal, _ in triton_targets(results.vs_triton):
-        results.targets[what] = target(value, "<=" if "p50" in what else ">=", goal)
+    for what, value, relation, goal, _ in triton_targets(results.vs_triton):
+        results.targets[what] = target(value, relation, goal)
     for row in results.across_cores:
         if row["target"]:
             results.targets[f"{row['protocol']} add_sub_batch, {row['frontends']} front ends on {row['cores']} cores "

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -28,12 +27,12 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+from bench_frontends import request_files  # noqa: E402
 from bench_vs_triton import build_repository, wait_ready  # noqa: E402
 
 from tests.support import free_port  # noqa: E402
@@ -67,26 +66,6 @@ def serve_http_echo(port: int) -> None:
         await asyncio.Event().wait()
 
     uvloop.run(run())
-
-
-def request_bodies(model: str, folder: Path) -> dict[str, tuple[Path, list[str]]]:
-    """One add_sub request for ``model``: gRPC's framed message, and an HTTP binary-tensor body; with headers."""
-    from tritonclient.grpc import service_pb2
-    from tritonclient.http import InferenceServerClient, InferInput
-
-    values = np.arange(4, dtype=np.float32).reshape(1, 4)
-    message = service_pb2.ModelInferRequest(model_name=model)
-    for name in ("INPUT0", "INPUT1"):
-        message.inputs.add(name=name, datatype="FP32", shape=[1, 4])
-        message.raw_input_contents.append(values.tobytes())
-    serialized = message.SerializeToString()
-    (folder / "request.grpc").write_bytes(b"\0" + struct.pack(">I", len(serialized)) + serialized)
-    inputs = [InferInput(name, [1, 4], "FP32").set_data_from_numpy(values) for name in ("INPUT0", "INPUT1")]
-    body, json_size = InferenceServerClient.generate_request_body(inputs)
-    (folder / "request.http").write_bytes(body)
-    return {"grpc": (folder / "request.grpc", ["content-type: application/grpc", "te: trailers"]),
-            "http": (folder / "request.http", ["content-type: application/octet-stream",
-                                               f"inference-header-content-length: {json_size}"])}
 
 
 def cpu_by_thread(pid: int) -> dict[str, float]:
@@ -144,10 +123,10 @@ def main() -> None:
         infer = "/inference.GRPCInferenceService/ModelInfer"
         port = free_port()
         profile("grpc.aio echo (floor)", "grpc", [python, "scripts/benchmark.py", "--echo-server", str(port)],
-                port, infer, request_bodies("add_sub_batch", folder)["grpc"])
+                port, infer, request_files(folder)["grpc"])
         port = free_port()
         profile("granian ASGI echo (floor)", "http", [python, __file__, "--http-echo", str(port)], port,
-                "/v2/models/add_sub_batch/infer", request_bodies("add_sub_batch", folder)["http"])
+                "/v2/models/add_sub_batch/infer", request_files(folder)["http"])
         for protocol in ("grpc", "http"):
             for model in ("add_sub_onnx", "add_sub_batch"):
                 http, grpc = free_port(), free_port()
@@ -156,7 +135,7 @@ def main() -> None:
                            "--device", "cpu"]
                 profile(f"ours, {protocol} {model}", protocol, command, grpc if protocol == "grpc" else http,
                         infer if protocol == "grpc" else f"/v2/models/{model}/infer",
-                        request_bodies(model, folder)[protocol],
+                        request_files(folder, model)[protocol],
                         stats_url=f"http://127.0.0.1:{http}/v2/models/{model}/stats", ready_port=http)
 
 
