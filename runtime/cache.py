@@ -14,6 +14,7 @@ unloads.
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -27,6 +28,10 @@ from runtime.datatypes import serialize_bytes
 from runtime.types import InferRequest, ModelOutputs
 
 _SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
+# What an entry costs beyond its arrays' data, measured with tracemalloc (CPython 3.11, numpy 2): its key, the
+# entry, its place in the LRU, the outputs dict and parameters (about 800 bytes), and each array object (about 150).
+ENTRY_OVERHEAD_BYTES = 800
+ARRAY_OVERHEAD_BYTES = 150
 
 
 @dataclass
@@ -88,12 +93,13 @@ class ResponseCache:
             self._lookup_ns += time.perf_counter_ns() - started
             return None if entry is None else entry.outputs
 
-    def insert(self, key: bytes, model: Any, outputs: ModelOutputs) -> None:
-        """Store a private copy of ``outputs`` (skipped if it alone exceeds the budget)."""
+    def insert(self, key: bytes, model: Any, outputs: dict[str, np.ndarray]) -> None:
+        """Store a private copy of ``outputs`` (skipped if it alone exceeds the budget): a ModelOutputs (a Python
+        model's, with its response parameters) or a tensor backend's plain dict of arrays."""
         started = time.perf_counter_ns()
         copied = ModelOutputs({name: np.array(array, copy=True) for name, array in outputs.items()},
-                              dict(outputs.parameters))
-        nbytes = sum(_size(array) for array in copied.values()) + 64 * (len(copied) + 1)
+                              dict(getattr(outputs, "parameters", None) or {}))
+        nbytes = ENTRY_OVERHEAD_BYTES + sum(ARRAY_OVERHEAD_BYTES + _size(array) for array in copied.values())
         if nbytes > self.capacity_bytes:
             return
         with self._lock:
@@ -123,12 +129,12 @@ class ResponseCache:
 
 def _size(array: np.ndarray) -> int:
     if array.dtype == np.object_:
-        return sum(len(item) if isinstance(item, (bytes, str)) else 8 for item in array.reshape(-1)) + array.size * 8
+        return sum(sys.getsizeof(item) for item in array.reshape(-1)) + array.size * 8
     return array.nbytes
 
 
 async def through_cache(cache: ResponseCache, model: Any, request: InferRequest,
-                        run: Callable[[], Awaitable[ModelOutputs]]) -> ModelOutputs:
+                        run: Callable[[], Awaitable[dict[str, np.ndarray]]]) -> dict[str, np.ndarray]:
     """The request's outputs from the cache, or from ``run`` (then stored); the version's statistics count a
     hit (lookup time) or a miss (lookup and insertion time), as Triton's do."""
     started = time.perf_counter_ns()

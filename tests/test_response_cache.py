@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import re
+import tracemalloc
 
 import httpx
 import numpy as np
@@ -13,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from runtime.cache import ResponseCache
+from runtime.cache import ARRAY_OVERHEAD_BYTES, ENTRY_OVERHEAD_BYTES, ResponseCache
 from runtime.types import InferRequest, InferTensor, ModelOutputs, RequestedOutput
 from tests.support import ServerProcess, write_model
 
@@ -163,7 +164,7 @@ def test_the_cache_keeps_private_copies_and_evicts_least_recently_used():
         name, version = "m", 1
 
     model = Version()
-    cache = ResponseCache(capacity_bytes=3 * (64 * 2 + 400))
+    cache = ResponseCache(capacity_bytes=3 * (ENTRY_OVERHEAD_BYTES + ARRAY_OVERHEAD_BYTES + 400))
 
     def request(value: float) -> InferRequest:
         data = np.full(100, value, np.float32)
@@ -182,3 +183,25 @@ def test_the_cache_keeps_private_copies_and_evicts_least_recently_used():
     assert cache.lookup(cache.key(model, request(2))) is None and cache.lookup(key) is not None
     cache.evict_model(model)
     assert cache.counters().entries == 0 and cache.counters().used_bytes == 0
+
+
+def test_tiny_entries_are_counted_at_their_real_size():
+    """The budget is memory: 20,000 one-float answers must count what they take (once counted at a third)."""
+    class Version:
+        name, version = "m", 1
+
+    cache = ResponseCache(capacity_bytes=1 << 30)
+    answers = [ModelOutputs({"OUT": np.array([float(i)], np.float32)}) for i in range(20_000)]
+    keys = [cache.key(Version, InferRequest("m", inputs=[InferTensor("IN", "FP32", (1,), np.array([i], np.float32))],
+                                            outputs=[RequestedOutput("OUT")]))
+            for i in range(20_000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for key, answer in zip(keys, answers, strict=True):
+            cache.insert(key, Version, answer)
+        taken = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    counted = cache.counters().used_bytes
+    assert 0.8 * taken <= counted <= 1.5 * taken, (counted, taken)
