@@ -1,18 +1,16 @@
 """System shared memory (Triton's extension): clients register POSIX shared-memory objects as named regions;
-requests then name a region, offset and size for an input (read in place, without a copy) or an output
-(written there instead of into the response).
+requests then name a region, offset and size for an input (copied from there) or an output (written there
+instead of into the response).
 
 A key names a POSIX shared-memory object only (``/name``: one leading slash, no other, no ``.``/``..``, never
-a path), opened without following links and mapped once; offsets and sizes are checked against the
-registered range.  Registrations are bounded in number and total size.  A region unregistered while a request
-reads it stays mapped until that request is done; everything is unmapped at shutdown.  CUDA shared memory is
+a path), opened without following links and never mapped (see :class:`Region`); offsets and sizes are checked
+against the registered range.  Registrations are bounded in number and total size.  A region unregistered while a
+request copies from it stays open until that copy is done; everything is closed at shutdown.  CUDA shared memory is
 answered as unsupported on this server (no GPU path for it yet).
 """
 
 from __future__ import annotations
 
-import gc
-import mmap
 import os
 import re
 import stat
@@ -35,26 +33,49 @@ DEFAULT_MAX_REGIONS = 256
 DEFAULT_MAX_TOTAL_BYTES = 64 << 30
 
 
-@dataclass
+@dataclass(eq=False)
 class Region:
-    """A registered region: ``byte_size`` bytes from ``offset`` of the object ``key``."""
+    """A registered region: ``byte_size`` bytes from ``offset`` of the object ``key``, open as ``fd``.
+
+    Its bytes are copied in and out with ``pread``/``pwrite``, never through a mapping: the object belongs to the
+    client, who may shrink it (``ftruncate``) at any moment, and touching a mapping past the object's end would
+    kill the server with SIGBUS.  A read past the end comes back short instead, and a write is checked against the
+    object's size first: either way that request fails, and only that request.
+    """
 
     name: str
     key: str
     offset: int
     byte_size: int
-    mapping: mmap.mmap
+    fd: int
+    users: int = 0  # requests copying from or into it now (the fd stays open until they are done)
+    unregistered: bool = False
 
-    def view(self, offset: int, byte_size: int) -> memoryview:
-        return memoryview(self.mapping)[self.offset + offset : self.offset + offset + byte_size]
+    def read(self, offset: int, byte_size: int) -> memoryview:
+        """A private copy of ``byte_size`` bytes at ``offset`` (InvalidArgument if the object no longer holds them)."""
+        buffer = np.empty(byte_size, np.uint8)  # uninitialised: pread fills it
+        view = memoryview(buffer)
+        done = 0
+        while done < byte_size:
+            count = os.preadv(self.fd, [view[done:]], self.offset + offset + done)
+            if count <= 0:
+                raise self._shrunk()
+            done += count
+        return view
 
-    def close(self) -> bool:
-        """Unmap it; False while a request still reads it (then it is tried again at the next unregister)."""
-        try:
-            self.mapping.close()
-        except BufferError:
-            return False
-        return True
+    def write(self, offset: int, payload: memoryview | bytes) -> None:
+        """Copy ``payload`` to ``offset`` (InvalidArgument if the object no longer reaches that far; a write past
+        its end would grow the client's object)."""
+        if self.offset + offset + len(payload) > os.fstat(self.fd).st_size:
+            raise self._shrunk()
+        view = memoryview(payload).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], self.offset + offset + done)
+
+    def _shrunk(self) -> InvalidArgument:
+        return InvalidArgument(f"shared memory region '{self.name[:128]}' no longer holds its registered "
+                               f"{self.byte_size} bytes: its object '{self.key[:128]}' was truncated")
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -67,11 +88,10 @@ class SharedMemoryRegistry:
         self.max_regions = max_regions
         self.max_total_bytes = max_total_bytes
         self._regions: dict[str, Region] = {}
-        self._closing: list[Region] = []  # unregistered, still mapped while a request reads them
         self._lock = threading.Lock()
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Map ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key`` as region ``name``."""
+        """Open ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key`` as region ``name``."""
         if not isinstance(name, str) or not name or len(name) > 256:
             raise InvalidArgument("a shared memory region needs a name (at most 256 characters)")
         for value, what in ((offset, "offset"), (byte_size, "byte_size")):
@@ -84,18 +104,18 @@ class SharedMemoryRegistry:
                 raise InvalidArgument(f"at most {self.max_regions} shared memory regions can be registered")
             if sum(r.byte_size for r in self._regions.values()) + byte_size > self.max_total_bytes:
                 raise InvalidArgument(f"registered shared memory would exceed {self.max_total_bytes} bytes")
-            self._regions[name] = Region(name, key, offset, byte_size, _map(key, offset, byte_size))
+            self._regions[name] = Region(name, key, offset, byte_size, _open(key, offset, byte_size))
 
     def unregister(self, name: str = "") -> None:
-        """Unregister one region (or, with no name, all); an unknown name is not an error, as in Triton."""
+        """Unregister one region (or, with no name, all); an unknown name is not an error, as in Triton.  A region
+        a request is copying from or into is closed when that copy is done."""
         with self._lock:
             regions = list(self._regions.values()) if not name else [r for r in [self._regions.get(name)] if r]
             for region in regions:
                 del self._regions[region.name]
-            self._closing += regions
-            if self._closing:
-                gc.collect()  # views of finished requests caught in reference cycles let go of the mappings
-                self._closing = [region for region in self._closing if not region.close()]
+                region.unregistered = True
+                if not region.users:
+                    os.close(region.fd)
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         with self._lock:
@@ -103,8 +123,34 @@ class SharedMemoryRegistry:
                 raise NotFound(f"Unable to find system shared memory region: '{name[:128]}'")
             return [r.status() for r in self._regions.values() if not name or r.name == name]
 
-    def view(self, parameters: dict[str, Any]) -> tuple[memoryview, str] | None:
-        """The bytes a tensor's parameters name (and the region's name), None if they name no region."""
+    def read(self, parameters: dict[str, Any]) -> memoryview | None:
+        """A copy of the bytes a tensor's parameters name, None if they name no region."""
+        found = self._acquire(parameters)
+        if found is None:
+            return None
+        region, offset, byte_size = found
+        try:
+            return region.read(offset, byte_size)
+        finally:
+            self._release(region)
+
+    def write(self, parameters: dict[str, Any], payload: memoryview | bytes, output: str) -> None:
+        """Write ``payload`` (output ``output``) where a requested output's parameters name."""
+        found = self._acquire(parameters)
+        if found is None:
+            return
+        region, offset, byte_size = found
+        try:
+            if len(payload) > byte_size:
+                raise InvalidArgument(f"shared memory size specified with the request for output '{output}' "
+                                      f"({byte_size} bytes) should be at least {len(payload)} bytes to hold the "
+                                      "results")
+            region.write(offset, payload)
+        finally:
+            self._release(region)
+
+    def _acquire(self, parameters: dict[str, Any]) -> tuple[Region, int, int] | None:
+        """The region a tensor's parameters name (checked against its registered range), marked in use."""
         if REGION_PARAMETER not in parameters:
             return None
         name = parameters[REGION_PARAMETER]
@@ -120,14 +166,21 @@ class SharedMemoryRegistry:
                 raise NotFound(f"Unable to find shared memory region: '{name[:128]}'")
             if offset + byte_size > region.byte_size:
                 raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{name[:128]}'")
-            return region.view(offset, byte_size), name
+            region.users += 1
+            return region, offset, byte_size
+
+    def _release(self, region: Region) -> None:
+        with self._lock:
+            region.users -= 1
+            if region.unregistered and not region.users:
+                os.close(region.fd)
 
     def close(self) -> None:
         self.unregister()
 
 
-def _map(key: str, offset: int, byte_size: int) -> mmap.mmap:
-    """Open and map a POSIX shared-memory object by its key (never a path, never through a link)."""
+def _open(key: str, offset: int, byte_size: int) -> int:
+    """Open a POSIX shared-memory object by its key (never a path, never through a link); its fd."""
     unable = InvalidArgument(f"Unable to open shared memory region: '{str(key)[:128]}'")
     if not isinstance(key, str) or not _KEY.fullmatch(key) or key in ("/.", "/.."):
         raise unable
@@ -141,17 +194,17 @@ def _map(key: str, offset: int, byte_size: int) -> mmap.mmap:
             raise unable
         if offset + byte_size > info.st_size or info.st_size == 0:
             raise InvalidArgument(f"Invalid shared memory region: '{key[:128]}'")
-        return mmap.mmap(fd, info.st_size)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def resolve_inputs(registry: SharedMemoryRegistry | None, request: InferRequest) -> None:
     """Point each input that names a region at its bytes there (read in place)."""
     for tensor in request.inputs:
         if REGION_PARAMETER in tensor.parameters:
-            found = _require(registry).view(tensor.parameters)
-            tensor.raw = found[0] if found else None
+            tensor.raw = _require(registry).read(tensor.parameters)
 
 
 def write_outputs(registry: SharedMemoryRegistry | None, request: InferRequest, response: InferResponse) -> None:
@@ -161,17 +214,12 @@ def write_outputs(registry: SharedMemoryRegistry | None, request: InferRequest, 
         parameters = wanted.get(tensor.name)
         if parameters is None:
             continue
-        target, _ = _require(registry).view(parameters)
         data = np.ascontiguousarray(tensor.data)
         if tensor.datatype == "BYTES":
             payload: Any = serialize_bytes(data)
         else:
             payload = memoryview(data.reshape(-1).view(np.uint8))
-        if len(payload) > len(target):
-            raise InvalidArgument(f"shared memory size specified with the request for output '{tensor.name}' "
-                                  f"({len(target)} bytes) should be at least {len(payload)} bytes to hold the "
-                                  "results")
-        target[: len(payload)] = payload
+        _require(registry).write(parameters, payload, tensor.name)
         tensor.data = None
         tensor.in_shared_memory = True
 

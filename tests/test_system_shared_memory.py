@@ -84,8 +84,47 @@ def test_inputs_and_outputs_through_registered_regions(served, regions, protocol
     with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'in'"):
         client.infer("add_sub", [first, second])
     client.unregister_system_shared_memory()
-    maps = Path(f"/proc/{served.process.pid}/maps").read_text()
-    assert f"st_test_in_{tag}" not in maps and f"st_test_out_{tag}" not in maps  # unmapped, nothing left behind
+    assert not [name for name in _open_shm_objects(served) if tag in name]  # closed, nothing left behind
+
+
+def _open_shm_objects(served) -> list[str]:
+    """The shared-memory objects the server holds open or mapped."""
+    opened = []
+    for fd in Path(f"/proc/{served.process.pid}/fd").iterdir():
+        try:
+            opened.append(os.readlink(fd))
+        except OSError:
+            pass
+    maps = Path(f"/proc/{served.process.pid}/maps").read_text().splitlines()
+    return [name for name in opened + maps if "/dev/shm/" in name]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("use", ["input", "output"])
+def test_a_region_its_client_shrinks_fails_that_request_only(served, regions, protocol, use):
+    """A client may ftruncate its object after registering it: the request that names it gets 400, the server lives
+    (a mapping read or written past the object's end was a SIGBUS that killed the server)."""
+    tag, inputs, outputs = regions
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
+    client.register_system_shared_memory("in", f"/st_test_in_{tag}", 32)
+    client.register_system_shared_memory("out", f"/st_test_out_{tag}", 32)
+    first, second = module.InferInput("INPUT0", [4], "FP32"), module.InferInput("INPUT1", [4], "FP32")
+    first.set_shared_memory("in", 16)
+    second.set_shared_memory("in", 16, offset=16)
+    summed = module.InferRequestedOutput("OUTPUT0")
+    summed.set_shared_memory("out", 16)
+    shrunk = f"/dev/shm/st_test_{'in' if use == 'input' else 'out'}_{tag}"
+    os.truncate(shrunk, 0)
+    with pytest.raises(InferenceServerException, match="no longer holds its registered 32 bytes") as refused:
+        client.infer("add_sub", [first, second], outputs=[summed])
+    assert "400" in str(refused.value.status()) or "INVALID_ARGUMENT" in str(refused.value.status())
+    os.truncate(shrunk, 32)  # grown back: the same registration serves again
+    shm.set_shared_memory_region(inputs, [A, B])
+    client.infer("add_sub", [first, second], outputs=[summed])
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(outputs, np.float32, [4]), A + B)
+    client.unregister_system_shared_memory()
+    assert served.process.poll() is None
 
 
 def test_bad_keys_bounds_and_sizes_are_refused(served, regions, tmp_path):
@@ -134,9 +173,9 @@ def test_registrations_are_bounded(regions):
     registry.register("b", f"/st_test_out_{tag}", 0, 16)
     with pytest.raises(InvalidArgument, match="at most 2"):
         registry.register("c", f"/st_test_out_{tag}", 0, 4)
-    view, _ = registry.view({"shared_memory_region": "a", "shared_memory_byte_size": 16})
-    registry.unregister()  # a view still in use keeps its mapping until it goes
-    assert np.frombuffer(view, np.float32).tolist() == A.tolist()
+    copied = registry.read({"shared_memory_region": "a", "shared_memory_byte_size": 16})
+    registry.unregister()
+    assert np.frombuffer(copied, np.float32).tolist() == A.tolist()  # a private copy, valid after unregistering
     assert registry.status() == []
 
 
