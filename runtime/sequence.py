@@ -85,15 +85,17 @@ class SequenceScheduler:
             if self._sequences.get(correlation_id) is not sequence:  # released (idle) while this one waited
                 raise InvalidArgument(f"inference request for sequence {correlation_id} to model '{model}' must "
                                       "specify the START flag on the first request of the sequence")
-            request.correlation_id, request.flags = correlation_id, (START if start else 0) | (END if end else 0)
-            request.inputs += self._controls(request, start, end) + self._states(sequence, start)
+            ran = False
             try:
+                request.correlation_id, request.flags = correlation_id, (START if start else 0) | (END if end else 0)
+                request.inputs += self._controls(request, start, end) + self._states(sequence, start)
                 result, queue_ns = await self._schedulers[sequence.instance].submit(request, batch_size)
+                ran = True
                 self._keep_states(sequence, result)
                 return result, queue_ns
             finally:
                 sequence.last_used = time.monotonic()
-                if end:
+                if end or (start and not ran):  # ended, or its START never ran (refused, timed out, cancelled)
                     await self._close(sequence)
 
     async def _open(self, correlation_id: int | str) -> _Sequence:
@@ -173,7 +175,10 @@ class SequenceScheduler:
 
 
 def _correlation_id(value: Any) -> int | str:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or (isinstance(value, int) and value < 0):
+    """A request's ``sequence_id``: a string, or a number that fits an unsigned 64-bit integer (Triton's words for
+    anything else, with 400 where Triton 2.51 answers 500)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or (isinstance(value, int)
+                                                                         and not 0 <= value < 1 << 64):
         raise InvalidArgument("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
     return value
 

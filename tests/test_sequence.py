@@ -9,6 +9,7 @@ import queue
 import threading
 import time
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -74,6 +75,27 @@ sequence_batching {
 input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
+# One slot, a UINT64 CORRID control echoed back.
+CORRID64_CONFIG = """
+backend: "python"
+max_batch_size: 1
+sequence_batching {
+  max_sequence_idle_microseconds: 30000000
+  control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] } ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_UINT64 dims: [ 1 ] } ]
+"""
+ECHO_CORRID = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT",
+                                                            pb_utils.get_input_tensor_by_name(r, "CORRID").as_numpy())])
+                for r in requests]
+"""
 
 
 def build_control_onnx(path) -> None:
@@ -99,6 +121,7 @@ def served(tmp_path_factory):
     write_model(root, "forgetful", SEQUENCE_CONFIG % 300_000, {"1/model.py": ACCUMULATE})  # idle after 0.3 s
     build_control_onnx(root / "controls" / "1" / "model.onnx")
     write_model(root, "controls", ONNX_CONFIG)
+    write_model(root, "corrid64", CORRID64_CONFIG, {"1/model.py": ECHO_CORRID})
     with ServerProcess(root) as process:
         process.wait_loaded()
         yield process
@@ -138,6 +161,21 @@ def test_bad_sequence_requests_get_tritons_words(served):
     pair.set_data_from_numpy(np.array([[1], [2]], np.int32))
     with pytest.raises(InferenceServerException, match="must specify batch-size 1"):
         client.infer("accumulate", [pair], sequence_id=3, sequence_start=True)
+
+
+def test_a_sequence_id_past_64_bits_is_refused_and_keeps_no_slot(served):
+    """2**64 once made the UINT64 CORRID control overflow: a 500, after the sequence took the model's one slot."""
+    body = {"inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}],
+            "parameters": {"sequence_id": 2**64, "sequence_start": True, "sequence_end": True}}
+    for _ in range(2):
+        response = httpx.post(f"http://{served.http_url}/v2/models/corrid64/infer", json=body, timeout=10)
+        assert response.status_code == 400 and "'sequence_id'" in response.json()["error"], response.text
+    client = httpclient.InferenceServerClient(served.http_url, network_timeout=5)
+    tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[1]], np.int32))
+    largest = 2**64 - 1
+    result = client.infer("corrid64", [tensor], sequence_id=largest, sequence_start=True, sequence_end=True)
+    assert int(result.as_numpy("OUTPUT")[0][0]) == largest  # the one slot was free, and the largest ID fits
 
 
 def test_interleaved_sequences_never_share_state(served):
