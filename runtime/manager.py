@@ -18,6 +18,7 @@ from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailabl
 from runtime.model import UNLOADED, ModelState, ModelVersion
 from runtime.repository import CONFIG_FILE, ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
+from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 
 logger = logging.getLogger(__name__)
 _LEADING_INTEGER = re.compile(r"\s*[+-]?\d+")
@@ -59,9 +60,11 @@ class ModelManager:
         load_concurrency: int = 4,
         drain_timeout: float = 30.0,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+        sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS,
     ) -> None:
         self.repository = repository
         self.max_queue_size = max_queue_size
+        self.sequence_slot_timeout = sequence_slot_timeout
         self.use_gpu = use_gpu
         self.drain_timeout = drain_timeout
         self.models: dict[str, ModelEntry] = {}
@@ -213,7 +216,9 @@ class ModelManager:
     async def _load_version(self, spec: ModelSpec, version: int, signature: str, started: float) -> ModelVersion:
         version_type = EnsembleVersion if spec.is_ensemble else ModelVersion
         model_version = version_type(spec=spec, version=version, signature=signature,
-                                     max_queue_size=self.max_queue_size, model_dir=self.repository.model_dir(spec.name))
+                                     max_queue_size=self.max_queue_size,
+                                     sequence_slot_timeout=self.sequence_slot_timeout,
+                                     model_dir=self.repository.model_dir(spec.name))
         if spec.is_ensemble:
             model_version.services = self.services
         contexts = [

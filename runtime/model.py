@@ -18,7 +18,7 @@ from runtime.classification import load_labels
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
-from runtime.sequence import SequenceScheduler
+from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS, SequenceScheduler
 from runtime.stats import FailureReason, ModelStatistics
 from runtime.types import InferRequest
 from runtime.warmup import run_warmup
@@ -46,11 +46,12 @@ class ModelVersion:
     reason: str = ""
     signature: str = ""  # what the version folder held when loaded (detects changes on disk)
     max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
+    sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS  # sequence batching: a new sequence's wait for a slot
     instances: list[ModelHandler] = field(default_factory=list)
     stats: ModelStatistics = field(default_factory=ModelStatistics)
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> its class labels (label_filename)
     model_dir: Path | None = None  # the model's folder (label files are read from it)
-    scheduler: Scheduler | None = field(default=None, repr=False)
+    scheduler: Scheduler | SequenceScheduler | None = field(default=None, repr=False)
     _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
     _in_flight: int = 0
     _drained: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -123,8 +124,11 @@ class ModelVersion:
 
     def start(self) -> None:
         """Start scheduling on the running event loop; the version is READY from here on."""
-        scheduler_type = SequenceScheduler if self.spec.sequence is not None else Scheduler
-        self.scheduler = scheduler_type(self.spec, self.instances, self._executor, self.stats, self.max_queue_size)
+        if self.spec.sequence is not None:
+            self.scheduler = SequenceScheduler(self.spec, self.instances, self._executor, self.stats,
+                                               self.max_queue_size, self.sequence_slot_timeout)
+        else:
+            self.scheduler = Scheduler(self.spec, self.instances, self._executor, self.stats, self.max_queue_size)
         self.state, self.reason = ModelState.READY, ""
 
     @property

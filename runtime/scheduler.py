@@ -137,7 +137,7 @@ class Scheduler:
     def _queue_timeout(self, request: InferRequest) -> float:
         """Seconds a request may wait in the queue (0: no limit), as Triton's queue policy decides: the policy's
         default, or the request's own ``timeout`` (µs) where the policy allows overriding with a shorter one."""
-        requested = _requested_timeout(request)
+        requested = requested_timeout(request)
         if not self.reject_on_timeout:
             return 0.0
         if requested and self.timeout_override and (not self.default_timeout or requested < self.default_timeout):
@@ -368,7 +368,7 @@ def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[Reque
     return results
 
 
-def _requested_timeout(request: InferRequest) -> float:
+def requested_timeout(request: InferRequest) -> float:
     """The request's ``timeout`` parameter, in seconds (0 when absent)."""
     value = request.parameters.get("timeout")
     if value is None:

@@ -6,8 +6,10 @@ Every sequence is held by one instance from its START to its END (or until it st
 control inputs its config asks for (START, END, READY, CORRID) with each request.  Requests of different
 sequences on one instance are batched together, up to ``max_batch_size``.  An instance holds at most
 ``max_batch_size`` sequences (``direct``) or ``max_candidate_sequences`` (``oldest``); a new sequence beyond
-that waits for one to end.  Implicit state (``state``) is carried here too: each request gets the state the
-previous request of its sequence wrote (zeros at START), and the state outputs never reach the client.
+that waits for one to end, as a queued request waits: bounded in time (``slot_timeout``, or the request's shorter
+``timeout``) and in number (the model's queue size), past either UNAVAILABLE.  Implicit state (``state``) is
+carried here too: each request gets the state the previous request of its sequence wrote (zeros at START), and the
+state outputs never reach the client.
 Errors use Triton's words.
 """
 
@@ -25,13 +27,16 @@ import numpy as np
 
 from handlers.base import ModelHandler
 from runtime.datatypes import numpy_dtype
-from runtime.errors import InvalidArgument
-from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
+from runtime.errors import InvalidArgument, Unavailable
+from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler, requested_timeout
 from runtime.sequence_config import SequenceSpec
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor
 
 START, END = 1, 2  # request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END)
+# How long a new sequence waits for a slot by default (server.sequence_slot_timeout_seconds): Triton waits without
+# end, so one client holding every slot with heartbeats locked every other client out.
+DEFAULT_SLOT_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(eq=False)
@@ -47,9 +52,15 @@ class SequenceScheduler:
     """Routes each sequence to one instance's scheduler and feeds the model its control inputs."""
 
     def __init__(self, spec: Any, instances: list[ModelHandler], executor: ThreadPoolExecutor,
-                 stats: ModelStatistics, default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE) -> None:
+                 stats: ModelStatistics, default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
+                 slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS) -> None:
+        """``slot_timeout``: how long a new sequence waits for a slot when every one is held (a request's own
+        shorter ``timeout`` wins); at most ``default_max_queue_size`` new sequences wait at once."""
         self.spec = spec
         self.sequence: SequenceSpec = spec.sequence
+        self.max_waiting = default_max_queue_size
+        self.slot_timeout = slot_timeout
+        self._waiting = 0  # new sequences waiting for a slot
         self._schedulers = [Scheduler(spec, [instance], executor, stats, default_max_queue_size, batch_always=True,
                                       max_delay=self.sequence.max_queue_delay_seconds,
                                       preferred_sizes=self.sequence.preferred_batch_sizes)
@@ -80,7 +91,7 @@ class SequenceScheduler:
             if not start:
                 raise InvalidArgument(f"inference request for sequence {correlation_id} to model '{model}' must "
                                       "specify the START flag on the first request of the sequence")
-            sequence = await self._open(correlation_id)
+            sequence = await self._open(correlation_id, requested_timeout(request))
         async with sequence.lock:
             if self._sequences.get(correlation_id) is not sequence:  # released (idle) while this one waited
                 raise InvalidArgument(f"inference request for sequence {correlation_id} to model '{model}' must "
@@ -98,20 +109,33 @@ class SequenceScheduler:
                 if end or (start and not ran):  # ended, or its START never ran (refused, timed out, cancelled)
                     await self._close(sequence)
 
-    async def _open(self, correlation_id: int | str) -> _Sequence:
-        """A new sequence on the instance with the most room (waiting for room if every instance is full)."""
-        async with self._freed:
-            while True:
-                held = [0] * len(self._capacity)
-                for sequence in self._sequences.values():
-                    held[sequence.instance] += 1
-                free = [index for index, capacity in enumerate(self._capacity) if held[index] < capacity]
-                if free:
-                    instance = min(free, key=lambda index: held[index])
-                    sequence = _Sequence(correlation_id, instance)
-                    self._sequences[correlation_id] = sequence
-                    return sequence
-                await self._freed.wait()
+    async def _open(self, correlation_id: int | str, timeout: float) -> _Sequence:
+        """A new sequence on the instance with the most room, waiting for room if every instance is full: at
+        most ``slot_timeout`` (or the request's shorter ``timeout``), behind at most ``max_waiting`` others."""
+        model = self.spec.name
+        if self._waiting >= self.max_waiting:
+            raise Unavailable(f"Exceeds maximum queue size ({self.max_waiting}) of model '{model}': every sequence "
+                              f"slot is held and {self._waiting} new sequences wait for one")
+        limit = min(timeout, self.slot_timeout) if timeout else self.slot_timeout
+        self._waiting += 1
+        try:
+            async with asyncio.timeout(limit), self._freed:
+                while True:
+                    held = [0] * len(self._capacity)
+                    for sequence in self._sequences.values():
+                        held[sequence.instance] += 1
+                    free = [index for index, capacity in enumerate(self._capacity) if held[index] < capacity]
+                    if free:
+                        instance = min(free, key=lambda index: held[index])
+                        sequence = _Sequence(correlation_id, instance)
+                        self._sequences[correlation_id] = sequence
+                        return sequence
+                    await self._freed.wait()
+        except TimeoutError:
+            raise Unavailable(f"Request timeout expired: no sequence slot of model '{model}' became free within "
+                              f"{limit:g} s (every slot is held by a sequence that has not ended)") from None
+        finally:
+            self._waiting -= 1
 
     async def _close(self, sequence: _Sequence) -> None:
         async with self._freed:

@@ -25,6 +25,7 @@ from runtime.http.server import HttpLimits, HttpServer
 from runtime.manager import ModelManager
 from runtime.repository import ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
+from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from runtime.frontends.pool import FrontEndPool
@@ -50,6 +51,7 @@ class ServerOptions:
     metrics_port: int | None = 8002
     use_gpu: bool = True
     default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
+    sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     json_decode_budget: int = DEFAULT_JSON_BUDGET_BYTES
@@ -93,6 +95,7 @@ class Server:
             use_gpu=options.use_gpu,
             drain_timeout=options.shutdown_timeout,
             max_queue_size=options.default_max_queue_size,
+            sequence_slot_timeout=options.sequence_slot_timeout,
         )
         self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source,
                                     options.startup_models)

@@ -205,6 +205,56 @@ def test_interleaved_sequences_never_share_state(served):
     assert client.is_server_live()
 
 
+def test_new_sequences_wait_for_a_slot_within_bounds(tmp_path):
+    """One client holding every slot (never sending END) locked every new sequence out without an answer; now
+    a new sequence waits at most server.sequence_slot_timeout_seconds (or its request's timeout), behind at most
+    the queue size of others, then gets UNAVAILABLE."""
+    root = tmp_path / "models"
+    write_model(root, "accumulate", SEQUENCE_CONFIG % 30_000_000, {"1/model.py": ACCUMULATE})
+    config = tmp_path / "function.yaml"
+    config.write_text("server:\n  sequence_slot_timeout_seconds: 1\n  default_max_queue_size: 3\n")
+    with ServerProcess(root, "--config", str(config)) as server:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=30)
+        for held in (1001, 1002):  # both slots of the one instance, never ended
+            _send(client, httpclient, "accumulate", 1, held, start=True)
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException, match="no sequence slot of model 'accumulate' became free "
+                                                           "within 1 s") as waited:
+            _send(client, httpclient, "accumulate", 1, 1003, start=True)
+        assert 0.9 < time.monotonic() - started < 5 and waited.value.status() == "503"
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[1]], np.int32))
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException, match="within 0.2 s"):
+            client.infer("accumulate", [tensor], sequence_id=1004, sequence_start=True, timeout=200_000)
+        assert time.monotonic() - started < 0.9
+
+        outcomes: list[str] = []
+
+        def wait_for_slot(ident: int) -> None:
+            own = httpclient.InferenceServerClient(server.http_url, network_timeout=30)
+            try:
+                _send(own, httpclient, "accumulate", 1, ident, start=True)
+                outcomes.append("served")
+            except InferenceServerException as exc:
+                outcomes.append(str(exc))
+
+        waiters = [threading.Thread(target=wait_for_slot, args=(2000 + index,)) for index in range(3)]
+        for waiter in waiters:
+            waiter.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException, match=r"Exceeds maximum queue size \(3\)"):
+            _send(client, httpclient, "accumulate", 1, 3000, start=True)  # a fourth waiter: refused at once
+        assert time.monotonic() - started < 0.5
+        for waiter in waiters:
+            waiter.join(10)
+        assert len(outcomes) == 3 and all("became free within 1 s" in outcome for outcome in outcomes), outcomes
+        for held in (1001, 1002):
+            _send(client, httpclient, "accumulate", 1, held, end=True)
+        assert _send(client, httpclient, "accumulate", 5, 1005, start=True, end=True)[0] == 5  # slots free again
+
+
 def test_sequences_over_a_grpc_stream(served):
     client = grpcclient.InferenceServerClient(served.grpc_url)
     answers: queue.Queue = queue.Queue()
