@@ -211,7 +211,8 @@ class EnsembleScheduler:
             inputs.append(InferTensor(model_input, datatype, tuple(int(d) for d in array.shape), array))
         return InferRequest(model_name=step.model_name, model_version=_version_text(step), id=request.id,
                             inputs=inputs, outputs=[RequestedOutput(name) for name in step.output_map],
-                            parameters=dict(request.parameters))
+                            parameters=dict(request.parameters), bls_chain=request.bls_chain,
+                            caller_execution=request.caller_execution)
 
     async def _run_step(self, step: EnsembleStep, tensors: Tensors, request: InferRequest) -> Tensors:
         response = await self.services.infer(self._step_request(step, tensors, request))

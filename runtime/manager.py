@@ -19,6 +19,7 @@ from runtime.model import UNLOADED, ModelState, ModelVersion
 from runtime.repository import CONFIG_FILE, ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
+from runtime.wait_graph import WaitGraph
 
 logger = logging.getLogger(__name__)
 _LEADING_INTEGER = re.compile(r"\s*[+-]?\d+")
@@ -65,6 +66,7 @@ class ModelManager:
         self.repository = repository
         self.max_queue_size = max_queue_size
         self.sequence_slot_timeout = sequence_slot_timeout
+        self.waits = WaitGraph()  # every version's executions and the waits between them (BLS cycles)
         self.use_gpu = use_gpu
         self.drain_timeout = drain_timeout
         self.models: dict[str, ModelEntry] = {}
@@ -217,7 +219,7 @@ class ModelManager:
         version_type = EnsembleVersion if spec.is_ensemble else ModelVersion
         model_version = version_type(spec=spec, version=version, signature=signature,
                                      max_queue_size=self.max_queue_size,
-                                     sequence_slot_timeout=self.sequence_slot_timeout,
+                                     sequence_slot_timeout=self.sequence_slot_timeout, waits=self.waits,
                                      model_dir=self.repository.model_dir(spec.name))
         if spec.is_ensemble:
             model_version.services = self.services

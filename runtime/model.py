@@ -21,6 +21,7 @@ from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
 from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS, SequenceScheduler
 from runtime.stats import FailureReason, ModelStatistics
 from runtime.types import InferRequest
+from runtime.wait_graph import WaitGraph
 from runtime.warmup import run_warmup
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class ModelVersion:
     signature: str = ""  # what the version folder held when loaded (detects changes on disk)
     max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS  # sequence batching: a new sequence's wait for a slot
+    waits: WaitGraph | None = field(default=None, repr=False)  # the server's (its manager's): executions and waits
     instances: list[ModelHandler] = field(default_factory=list)
     stats: ModelStatistics = field(default_factory=ModelStatistics)
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> its class labels (label_filename)
@@ -126,9 +128,10 @@ class ModelVersion:
         """Start scheduling on the running event loop; the version is READY from here on."""
         if self.spec.sequence is not None:
             self.scheduler = SequenceScheduler(self.spec, self.instances, self._executor, self.stats,
-                                               self.max_queue_size, self.sequence_slot_timeout)
+                                               self.max_queue_size, self.sequence_slot_timeout, self.waits)
         else:
-            self.scheduler = Scheduler(self.spec, self.instances, self._executor, self.stats, self.max_queue_size)
+            self.scheduler = Scheduler(self.spec, self.instances, self._executor, self.stats, self.max_queue_size,
+                                       waits=self.waits)
         self.state, self.reason = ModelState.READY, ""
 
     @property

@@ -29,6 +29,7 @@ from runtime.config import ModelSpec
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest
+from runtime.wait_graph import WaitGraph
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class Scheduler:
         batch_always: bool = False,  # batch what is queued even without dynamic_batching (sequence batching)
         max_delay: float | None = None,  # the sequence batcher's own wait and preferred sizes (not dynamic_batching's)
         preferred_sizes: tuple[int, ...] | None = None,
+        waits: WaitGraph | None = None,  # the server's, shared by every scheduler (BLS cycles are refused through it)
     ) -> None:
         self.spec = spec
         self.executor = executor
@@ -99,6 +101,8 @@ class Scheduler:
         self._exec_seconds: float | None = None  # EWMA of one execution
         self._run_seconds: float | None = None  # EWMA of one execution's own run (no hand-off), tensor models
         self._instances = instances
+        self._waits = waits if waits is not None else WaitGraph()
+        self._waits.add_node(self, f"'{spec.name}'", len(instances))
         self._all_down_since: float | None = None
         self._consumers = [asyncio.create_task(self._consume(i)) for i in instances]
 
@@ -111,6 +115,9 @@ class Scheduler:
         if len(self._queue) >= self.max_queue:
             raise Unavailable(f"Exceeds maximum queue size ({self.max_queue}) of model '{self.spec.name}'")
         timeout = self._queue_timeout(request)
+        caller = request.caller_execution
+        if caller:
+            self._waits.wait(caller, self)  # refused here if the caller could only wait forever
         item = _Item(request, batch_size, _signature(request, self.batching),
                      asyncio.get_running_loop().create_future())
         self._note_arrival(batch_size)
@@ -132,6 +139,9 @@ class Scheduler:
             if item.instance is not None:
                 item.instance.cancel(item.request)
             raise
+        finally:
+            if caller:
+                self._waits.done(caller, self)
         return result, item.dispatched_ns - item.enqueued_ns
 
     def _queue_timeout(self, request: InferRequest) -> float:
@@ -151,6 +161,7 @@ class Scheduler:
             self._queue.remove(item)
 
     async def close(self) -> None:
+        self._waits.remove_node(self)
         for consumer in self._consumers:
             consumer.cancel()
         await asyncio.gather(*self._consumers, return_exceptions=True)
@@ -262,9 +273,11 @@ class Scheduler:
             self._arrival.set()
             return
         now = time.perf_counter_ns()
+        execution = self._waits.begin(self)
         for item in batch:
             item.dispatched_ns = item.dispatched_ns or now
             item.instance = instance
+            item.request.execution = execution
         total = sum(item.batch_size for item in batch)
         started = time.perf_counter_ns()
         try:
@@ -277,6 +290,8 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - a handler bug fails this batch only
             logger.exception("model '%s' execution failed", self.spec.name)
             results = [InternalError(f"execution failed: {type(exc).__name__}")] * len(batch)
+        finally:
+            self._waits.end(execution)
         elapsed = time.perf_counter_ns() - started
         timing = instance.timing
         if not (timing.input_ns or timing.infer_ns or timing.output_ns):

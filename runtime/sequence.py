@@ -32,6 +32,7 @@ from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler, requested_timeo
 from runtime.sequence_config import SequenceSpec
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor
+from runtime.wait_graph import WaitGraph
 
 START, END = 1, 2  # request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END)
 # How long a new sequence waits for a slot by default (server.sequence_slot_timeout_seconds): Triton waits without
@@ -53,7 +54,7 @@ class SequenceScheduler:
 
     def __init__(self, spec: Any, instances: list[ModelHandler], executor: ThreadPoolExecutor,
                  stats: ModelStatistics, default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
-                 slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS) -> None:
+                 slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS, waits: WaitGraph | None = None) -> None:
         """``slot_timeout``: how long a new sequence waits for a slot when every one is held (a request's own
         shorter ``timeout`` wins); at most ``default_max_queue_size`` new sequences wait at once."""
         self.spec = spec
@@ -63,7 +64,7 @@ class SequenceScheduler:
         self._waiting = 0  # new sequences waiting for a slot
         self._schedulers = [Scheduler(spec, [instance], executor, stats, default_max_queue_size, batch_always=True,
                                       max_delay=self.sequence.max_queue_delay_seconds,
-                                      preferred_sizes=self.sequence.preferred_batch_sizes)
+                                      preferred_sizes=self.sequence.preferred_batch_sizes, waits=waits)
                             for instance in instances]
         per_instance = self.sequence.max_candidates or max(1, spec.max_batch_size)
         self._capacity = [per_instance] * len(instances)

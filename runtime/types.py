@@ -44,6 +44,8 @@ class InferRequest:
     raw_input: bool = False  # a raw binary request: one nameless input whose shape the model's config gives
     stream: ResponseStream | None = None  # where a decoupled model's responses to this request go
     bls_chain: tuple[str, ...] = ()  # the models whose executions wait on this request (BLS calls, outermost first)
+    caller_execution: int = 0  # the execution waiting on this request (a BLS call's or ensemble step's; wait_graph)
+    execution: int = 0  # while it executes: the execution it is part of (set by the scheduler; wait_graph)
     correlation_id: int | str = 0  # the sequence it belongs to (set by the sequence scheduler)
     flags: int = 0  # the sequence's START (1) / END (2) flags for this request
 

@@ -28,8 +28,9 @@ from handlers.python import bls
 from handlers.python.link import WorkerGone, WorkerLink
 from handlers.python.on_loop import start_on_loop
 from handlers.python.runner import (
-    BLS_CHAIN,
+    BLS_ORIGIN,
     TRITON_CODE_BY_STATUS,
+    BlsOrigin,
     ModelRunner,
     RequestData,
     Result,
@@ -325,7 +326,8 @@ class PythonBackendHandler(ModelHandler):
                  for key, request in zip(keys, requests, strict=True)]
         prepared = time.perf_counter_ns()
         self.timing.input_ns += prepared - started
-        answer = self._runner.execute(batch, max((r.bls_chain for r in requests), key=len, default=()))
+        origin = BlsOrigin(max((r.bls_chain for r in requests), key=len, default=()), requests[0].execution)
+        answer = self._runner.execute(batch, origin)
         answered = time.perf_counter_ns()
         self.timing.infer_ns += answered - prepared
         if answer is None:
@@ -453,7 +455,7 @@ def _timeout(request: InferRequest) -> int:
 def _message(key: Any, refs: list, request: InferRequest) -> tuple:
     """One request as the worker receives it."""
     return (key, refs, request.id, [o.name for o in request.outputs], bls.model_parameters(request.parameters),
-            request.correlation_id, request.flags, _timeout(request), request.bls_chain)
+            request.correlation_id, request.flags, _timeout(request), request.bls_chain, request.execution)
 
 
 def log_model(model: str, level: str, message: str) -> None:
@@ -500,7 +502,7 @@ class InProcessHost:
         message = {"model_name": request.model_name(), "model_version": request.model_version(),
                    "outputs": request.requested_output_names(), "request_id": request.request_id(),
                    "parameters": request.parameters(), "timeout": request.timeout(),
-                   "chain": (*BLS_CHAIN.get(), self.handler.spec.name)}
+                   **BLS_ORIGIN.get().call(self.handler.spec.name)}
         inputs = [(t.name(), t.as_numpy()) for t in request.inputs()]
 
         async def collect() -> list:

@@ -47,6 +47,7 @@ def core_request(message: dict, inputs: list[tuple[str, np.ndarray]], chain: tup
         outputs=[RequestedOutput(name) for name in message.get("outputs", [])],
         parameters=parameters,
         bls_chain=chain,
+        caller_execution=int(message.get("execution") or 0),
     )
 
 

@@ -36,13 +36,29 @@ STATUS_BY_TRITON_CODE = {
 TRITON_CODE_BY_STATUS = {status: code for code, status in STATUS_BY_TRITON_CODE.items()
                          if code != pb_utils.TritonError.UNKNOWN}
 _import_lock = threading.Lock()
-# The models whose executions wait on the request being executed (a context variable: it follows ``async def
-# execute`` and ``async_exec`` across threads), so that BLS calls that could only wait forever are refused.
-BLS_CHAIN: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("bls_chain", default=())
 
 
-async def _in_chain(coroutine: Any, chain: tuple[str, ...]) -> Any:
-    BLS_CHAIN.set(chain)
+@dataclass(frozen=True)
+class BlsOrigin:
+    """Where the BLS calls of the batch being executed come from: the models whose executions wait on it
+    (outermost first) and the execution itself (its wait-graph token), so that calls that could only wait forever
+    are refused."""
+
+    chain: tuple[str, ...] = ()
+    execution: int = 0
+
+    def call(self, model: str) -> dict[str, Any]:
+        """The fields of a BLS call made by ``model`` from here."""
+        return {"chain": (*self.chain, model), "execution": self.execution}
+
+
+NO_ORIGIN = BlsOrigin()  # a client's request
+# A context variable: it follows ``async def execute`` and ``async_exec`` across threads.
+BLS_ORIGIN: contextvars.ContextVar[BlsOrigin] = contextvars.ContextVar("bls_origin", default=NO_ORIGIN)
+
+
+async def _in_origin(coroutine: Any, origin: BlsOrigin) -> Any:
+    BLS_ORIGIN.set(origin)
     return await coroutine
 
 
@@ -169,21 +185,21 @@ class ModelRunner:
             for data in batch
         ]
 
-    def execute(self, batch: list[RequestData], chain: tuple[str, ...] = ()) -> list[Result] | None:
+    def execute(self, batch: list[RequestData], origin: BlsOrigin = NO_ORIGIN) -> list[Result] | None:
         """Default mode: one result per request.  Decoupled mode: None once ``execute`` returned (responses go
-        through the requests' senders); an error result per request if it raised.  ``chain``: the models
-        whose executions wait on this batch (BLS callers)."""
+        through the requests' senders); an error result per request if it raised.  ``origin``: where the batch's
+        BLS calls come from."""
         pb_utils._install_host(self.host, self.thread_only)
-        BLS_CHAIN.set(chain)
+        BLS_ORIGIN.set(origin)
         requests = self.requests(batch)
         try:
             outcome = self.model.execute(requests)
             if inspect.iscoroutine(outcome) and self.loop is not None:
                 if self.spec.decoupled:  # runs beside later requests on this instance's loop, as in Triton
-                    future = asyncio.run_coroutine_threadsafe(_in_chain(outcome, chain), self.loop)
+                    future = asyncio.run_coroutine_threadsafe(_in_origin(outcome, origin), self.loop)
                     future.add_done_callback(lambda done: self._async_finished(done, requests))
                     return None
-                outcome = asyncio.run_coroutine_threadsafe(_in_chain(outcome, chain), self.loop).result()
+                outcome = asyncio.run_coroutine_threadsafe(_in_origin(outcome, origin), self.loop).result()
         except Exception as exc:  # noqa: BLE001 - user code
             return self._failed(exc, len(requests))
         if self.spec.decoupled:

@@ -23,7 +23,8 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 from handlers.python.runner import (
-    BLS_CHAIN,
+    BLS_ORIGIN,
+    BlsOrigin,
     ModelRunner,
     RequestData,
     Result,
@@ -111,7 +112,7 @@ class WorkerHost:
             "model_name": request.model_name(), "model_version": request.model_version(),
             "inputs": refs, "outputs": request.requested_output_names(), "request_id": request.request_id(),
             "parameters": request.parameters(), "correlation_id": request.correlation_id(),
-            "flags": request.flags(), "timeout": request.timeout(), "chain": (*BLS_CHAIN.get(), self.spec.model_name),
+            "flags": request.flags(), "timeout": request.timeout(), **BLS_ORIGIN.get().call(self.spec.model_name),
         }
         call_id, waiter = self.calls.open(streaming=decoupled)
         self.send_message(("bls", call_id, message, decoupled))
@@ -220,9 +221,11 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
     batch = [RequestData(key=key, inputs=[(ref.name, host.server_memory.array(ref)) for ref in refs],
                          request_id=request_id, outputs=outputs, parameters=parameters, correlation_id=correlation,
                          flags=flags, timeout=timeout)
-             for key, refs, request_id, outputs, parameters, correlation, flags, timeout, _ in requests]
+             for key, refs, request_id, outputs, parameters, correlation, flags, timeout, *_ in requests]
+    origin = BlsOrigin(max((tuple(request[8]) for request in requests), key=len, default=()),
+                       requests[0][9] if requests else 0)
     try:
-        results = runner.execute(batch, max((tuple(request[8]) for request in requests), key=len, default=()))
+        results = runner.execute(batch, origin)
     except BaseException as exc:  # noqa: BLE001 - never lose the batch, whatever happened
         results = [error_result(f"execute failed: {type(exc).__name__}: {exc}")] * len(batch)
     if results is None:
