@@ -182,6 +182,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         metrics_port=settings.metrics_port,
         default_max_queue_size=settings.default_max_queue_size,
         sequence_slot_timeout=settings.sequence_slot_timeout_seconds,
+        execute_timeout=settings.execute_timeout_seconds,
         use_gpu=settings.use_gpu,
         max_body_bytes=settings.max_request_bytes,
         grpc_max_message_bytes=settings.grpc_max_message_bytes,

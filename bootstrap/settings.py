@@ -29,6 +29,7 @@ class FunctionSettings:
     metrics_port: int | None = 8002
     default_max_queue_size: int = 1024
     sequence_slot_timeout_seconds: float = 30.0
+    execute_timeout_seconds: float = 60.0
     device: str = "auto"  # auto | gpu | cpu
     max_request_bytes: int = 64 * 1024 * 1024
     grpc_max_message_bytes: int = 128 * 1024 * 1024
@@ -163,7 +164,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                        "body_timeout_seconds", "max_connections", "max_streams_per_connection",
                                        "stream_max_in_flight", "json_decode_budget_bytes", "name",
                                        "strict_readiness", "auto_complete_config", "frontend_processes",
-                                       "sequence_slot_timeout_seconds"})
+                                       "sequence_slot_timeout_seconds", "execute_timeout_seconds"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -197,8 +198,8 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     )
     settings.header_timeout_seconds = _seconds(server, "header_timeout_seconds", settings.header_timeout_seconds,
                                                "server", positive=True)
-    settings.sequence_slot_timeout_seconds = _seconds(server, "sequence_slot_timeout_seconds",
-                                                      settings.sequence_slot_timeout_seconds, "server", positive=True)
+    for key in ("sequence_slot_timeout_seconds", "execute_timeout_seconds"):
+        setattr(settings, key, _seconds(server, key, getattr(settings, key), "server", positive=True))
     settings.body_timeout_seconds = _seconds(server, "body_timeout_seconds", settings.body_timeout_seconds,
                                              "server", positive=True)
     for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight", "json_decode_budget_bytes"):

@@ -17,6 +17,10 @@ from runtime.errors import ModelLoadError, ServingError
 from runtime.types import InferRequest
 
 PACKAGE = "serverless-triton"
+# How long one execution may run (server.execute_timeout_seconds; a Python model's execute_timeout_seconds parameter
+# overrides it): past it the batch's requests fail, a Python worker is recycled, and an instance that cannot be
+# (a framework thread) keeps the model unready until it returns.  Triton has no such bound.
+DEFAULT_EXECUTE_TIMEOUT_SECONDS = 60.0
 
 
 def require_module(module: str, extra: str, backend: str) -> ModuleType:
@@ -85,6 +89,7 @@ class HandlerContext:
     instance_name: str = ""  # Triton's <group name>_<index>
     kind: str = "KIND_CPU"  # the instance's group kind
     services: ServerServices | None = None
+    execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS  # the server's default bound on one execution
 
     @property
     def model_dir(self) -> Path:
@@ -140,6 +145,7 @@ class ModelHandler(abc.ABC):
         self.spec = context.spec
         self.device = "cpu"
         self.timing = ExecutionTiming()
+        self.execute_timeout = context.execute_timeout  # seconds one execution may take (see the default's note)
 
     @abc.abstractmethod
     def load(self) -> None:
@@ -157,6 +163,12 @@ class ModelHandler(abc.ABC):
     @property
     def unavailable_reason(self) -> str:
         return ""
+
+    @property
+    def bounds_own_executions(self) -> bool:
+        """Whether this instance ends an execution past ``execute_timeout`` itself (a worker process it recycles);
+        otherwise the scheduler answers the requests at the timeout and holds the instance until the run returns."""
+        return False
 
     def start_execute(self, requests: list[InferRequest]) -> StartedExecution | None:
         """Begin ``requests`` on the event loop without blocking, where this instance can (a model in another

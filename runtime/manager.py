@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from handlers.base import HandlerContext, ServerServices
+from handlers.base import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, ServerServices
 from runtime.config import ENSEMBLE, ModelSpec, parse_model_config_json
 from runtime.ensemble import EnsembleVersion, check_composing_models
 from runtime.ensemble_config import composing_models, load_order
@@ -62,10 +62,12 @@ class ModelManager:
         drain_timeout: float = 30.0,
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS,
+        execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS,
     ) -> None:
         self.repository = repository
         self.max_queue_size = max_queue_size
         self.sequence_slot_timeout = sequence_slot_timeout
+        self.execute_timeout = execute_timeout
         self.waits = WaitGraph()  # every version's executions and the waits between them (BLS cycles)
         self.use_gpu = use_gpu
         self.drain_timeout = drain_timeout
@@ -234,6 +236,7 @@ class ModelManager:
                 instance_name=instance_name,
                 kind=kind,
                 services=self.services,
+                execute_timeout=self.execute_timeout,
             )
             for index, (instance_name, kind, device_id) in enumerate(_instances(spec))
         ]

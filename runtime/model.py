@@ -77,14 +77,21 @@ class ModelVersion:
 
     @property
     def ready(self) -> bool:
-        """READY, and at least one instance can serve now."""
-        return self.state is ModelState.READY and any(instance.available for instance in self.instances)
+        """READY, and at least one instance can serve now (available, and not stuck past its execute timeout)."""
+        if self.state is not ModelState.READY:
+            return False
+        overdue = self.scheduler.overdue() if self.scheduler is not None else {}
+        return any(instance.available and instance not in overdue for instance in self.instances)
 
     def status(self) -> tuple[str, str]:
-        """(state, reason) as the repository index shows them: a READY version whose every instance is
-        down (a Python worker being restarted, say) shows UNAVAILABLE with the instances' reasons."""
+        """(state, reason) as the repository index shows them: a READY version none of whose instances can serve
+        (a Python worker being restarted, an execution stuck past its timeout) shows UNAVAILABLE with why."""
         if self.state is ModelState.READY and not self.ready:
-            return ModelState.UNAVAILABLE.value, "; ".join(i.unavailable_reason for i in self.instances)
+            overdue = self.scheduler.overdue() if self.scheduler is not None else {}
+            reasons = [f"instance {instance.context.instance_index} has been executing for {overdue[instance]:.0f}s, "
+                       f"past its {instance.execute_timeout:g}s execute timeout" if instance in overdue
+                       else instance.unavailable_reason for instance in self.instances]
+            return ModelState.UNAVAILABLE.value, "; ".join(dict.fromkeys(reasons))
         return self.state.value, self.reason
 
     @property

@@ -101,6 +101,7 @@ class Scheduler:
         self._exec_seconds: float | None = None  # EWMA of one execution
         self._run_seconds: float | None = None  # EWMA of one execution's own run (no hand-off), tensor models
         self._instances = instances
+        self._running: dict[ModelHandler, float] = {}  # instance -> when its current execution began (monotonic)
         self._waits = waits if waits is not None else WaitGraph()
         self._waits.add_node(self, f"'{spec.name}'", len(instances))
         self._all_down_since: float | None = None
@@ -109,6 +110,12 @@ class Scheduler:
     @property
     def pending(self) -> int:
         return len(self._queue)
+
+    def overdue(self) -> dict[ModelHandler, float]:
+        """Instances executing past their ``execute_timeout``, with the seconds they have run (they cannot serve)."""
+        now = time.monotonic()
+        return {instance: now - began for instance, began in self._running.items()
+                if now - began > instance.execute_timeout}
 
     async def submit(self, request: InferRequest, batch_size: int) -> tuple[RequestResult, int]:
         """Queue a request; returns its result and the nanoseconds it spent queued."""
@@ -280,6 +287,7 @@ class Scheduler:
             item.request.execution = execution
         total = sum(item.batch_size for item in batch)
         started = time.perf_counter_ns()
+        self._running[instance] = time.monotonic()
         try:
             results = await self._run(loop, instance, batch)
         except asyncio.CancelledError:  # unloading: nobody waits forever for this batch
@@ -292,6 +300,7 @@ class Scheduler:
             results = [InternalError(f"execution failed: {type(exc).__name__}")] * len(batch)
         finally:
             self._waits.end(execution)
+            del self._running[instance]
         elapsed = time.perf_counter_ns() - started
         timing = instance.timing
         if not (timing.input_ns or timing.infer_ns or timing.output_ns):
@@ -324,7 +333,22 @@ class Scheduler:
                 return self._checked(await started.results(), len(batch))
         if self._runs_inline(instance, batch):
             return self._execute(instance, batch)
-        return await loop.run_in_executor(self.executor, self._execute, instance, batch)
+        running = loop.run_in_executor(self.executor, self._execute, instance, batch)
+        if instance.bounds_own_executions:
+            return await running
+        try:
+            return await asyncio.wait_for(asyncio.shield(running), instance.execute_timeout)
+        except TimeoutError:
+            # A thread cannot be stopped: the batch's requests get their answer now, and the instance stays
+            # held (overdue: the model reports it) until the run returns, its results then dropped.
+            error = Unavailable(f"model '{self.spec.name}' execution did not finish within "
+                                f"{instance.execute_timeout:g}s; its instance is unavailable until it does")
+            logger.error("%s", error.message)
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_result(error)
+            await running
+            return [error] * len(batch)
 
     def _runs_inline(self, instance: ModelHandler, batch: list[_Item]) -> bool:
         """Whether this batch runs on the loop: a CPU model measured to run in under INLINE_SECONDS, small inputs."""

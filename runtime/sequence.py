@@ -76,6 +76,11 @@ class SequenceScheduler:
     def pending(self) -> int:
         return sum(scheduler.pending for scheduler in self._schedulers)
 
+    def overdue(self) -> dict[ModelHandler, float]:
+        """Instances executing past their execute timeout (see ``Scheduler.overdue``)."""
+        return {instance: seconds for scheduler in self._schedulers
+                for instance, seconds in scheduler.overdue().items()}
+
     async def submit(self, request: InferRequest, batch_size: int) -> tuple[Any, int]:
         model = self.spec.name
         parameters = request.parameters

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from handlers.auto_complete import complete_config
+from handlers.base import DEFAULT_EXECUTE_TIMEOUT_SECONDS
 from runtime.auth import TokenAuth
 from runtime.cache import ResponseCache
 from runtime.control import ModelControl, RepositorySource
@@ -52,6 +53,7 @@ class ServerOptions:
     use_gpu: bool = True
     default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS
+    execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     json_decode_budget: int = DEFAULT_JSON_BUDGET_BYTES
@@ -96,6 +98,7 @@ class Server:
             drain_timeout=options.shutdown_timeout,
             max_queue_size=options.default_max_queue_size,
             sequence_slot_timeout=options.sequence_slot_timeout,
+            execute_timeout=options.execute_timeout,
         )
         self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source,
                                     options.startup_models)

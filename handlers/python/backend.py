@@ -46,7 +46,6 @@ from runtime.types import InferRequest, ModelOutputs, StreamItem
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_EXECUTE_TIMEOUT = 600.0
 START_TIMEOUT = 120.0
 FINALIZE_TIMEOUT = 30.0
 RESTART_BACKOFF = (0.5, 30.0)  # first delay, largest delay (seconds); doubles after each failure
@@ -79,8 +78,7 @@ class PythonBackendHandler(ModelHandler):
         super().__init__(context)
         params = self.spec.parameters
         self.isolation = params.get("isolation", "process")
-        self._timeout_text = params.get("execute_timeout_seconds", str(DEFAULT_EXECUTE_TIMEOUT))
-        self.execute_timeout = DEFAULT_EXECUTE_TIMEOUT
+        self._timeout_text = params.get("execute_timeout_seconds", str(context.execute_timeout))
         self.arena_bytes = DEFAULT_INITIAL_BYTES
         self.growth_bytes = DEFAULT_GROWTH_BYTES
         self._worker: WorkerLink | None = None
@@ -93,6 +91,10 @@ class PythonBackendHandler(ModelHandler):
         self._streams: dict[Any, tuple[Any, Any, list]] = {}  # key -> (ResponseStream, arena, input refs)
         self._executing: dict[int, Any] = {}  # id(InferRequest) -> key, while it executes
         self._rescheduled: set[Any] = set()
+
+    @property
+    def bounds_own_executions(self) -> bool:
+        return self.isolation == "process"  # a worker past execute_timeout is killed and restarted
 
     @property
     def label(self) -> str:
