@@ -137,6 +137,28 @@ def test_a_front_end_that_dies_is_replaced(server):
         client.close()
 
 
+def test_a_frozen_front_end_is_replaced(server):
+    """A front end that is alive but stopped (SIGSTOP) kept its share of new connections, which timed out; its
+    silence on the heartbeat now gets it killed and replaced."""
+    victim = frontend_pids(server)[0]
+    os.kill(victim, signal.SIGSTOP)
+    frozen = time.monotonic()
+    deadline = frozen + 30
+    while time.monotonic() < deadline:
+        pids = frontend_pids(server)
+        if len(pids) == FRONTENDS and victim not in pids:
+            break
+        time.sleep(0.1)
+    assert len(frontend_pids(server)) == FRONTENDS and victim not in frontend_pids(server)
+    assert 4 < time.monotonic() - frozen < 15  # the heartbeat timeout (5 s), not a guess made sooner
+    assert re.search(r"front-end process \d sent no heartbeat for [\d.]+s \(stopped or frozen\): killing it",
+                     server.log())
+    for _ in range(20):  # new connections, wherever they land, are answered promptly
+        client = httpclient.InferenceServerClient(server.http_url, connection_timeout=2, network_timeout=5)
+        np.testing.assert_array_equal(_add(client, httpclient, np.ones((1, 16), np.float32)), np.full((1, 16), 2))
+        client.close()
+
+
 def test_sigterm_drains_and_leaves_no_front_end_behind(tmp_path: Path):
     server = ServerProcess(ROOT / "examples" / "model_repository", "--frontend-processes", "2", "--device", "cpu",
                            log=tmp_path / "server.log")

@@ -40,9 +40,11 @@ def as_serving_error(exc: BaseException) -> ServingError:
 class OwnerEndpoint:
     """Answers one front-end process's calls on the core (``service``), as its link delivers them."""
 
-    def __init__(self, service: Any, on_started: Callable[[str | None], None] | None = None) -> None:
+    def __init__(self, service: Any, on_started: Callable[[str | None], None] | None = None,
+                 on_heartbeat: Callable[[], None] | None = None) -> None:
         self.service = service
         self.on_started = on_started
+        self.on_heartbeat = on_heartbeat
         self.link: Link | None = None
         self.running: dict[int, asyncio.Task] = {}
 
@@ -58,6 +60,9 @@ class OwnerEndpoint:
                 task.cancel()
         elif kind == "stream":
             self._start(call_id, self._stream(call_id, args))
+        elif kind == "heartbeat":  # the front end's loop runs (a frozen one falls silent and is replaced)
+            if self.on_heartbeat is not None:
+                self.on_heartbeat()
         elif kind == "started":  # the front end listens now, or says why it cannot
             if self.on_started is not None:
                 self.on_started(args[0])
@@ -120,9 +125,10 @@ class OwnerEndpoint:
             self.link.send((answer[0], "error", as_serving_error(exc)))
 
 
-async def serve_link(service: Any, sock: Any, on_started: Callable[[str | None], None] | None = None) -> None:
+async def serve_link(service: Any, sock: Any, on_started: Callable[[str | None], None] | None = None,
+                     on_heartbeat: Callable[[], None] | None = None) -> None:
     """Serve one front end's link (a connected Unix socket) until it closes (or this is cancelled)."""
-    endpoint = OwnerEndpoint(service, on_started)
+    endpoint = OwnerEndpoint(service, on_started, on_heartbeat)
     try:
         endpoint.link = await open_link(sock, endpoint.on_message)
         await asyncio.shield(endpoint.link.closed)

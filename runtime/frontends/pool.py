@@ -23,6 +23,11 @@ logger = logging.getLogger(__name__)
 
 START_TIMEOUT = 60.0  # a front end that is not listening by then failed to start
 RESTART_DELAY = 1.0
+# A front end tells the owner every HEARTBEAT_INTERVAL seconds that its loop runs; one silent for HEARTBEAT_TIMEOUT
+# (stopped, frozen, its loop blocked) is killed and replaced, since the kernel keeps routing connections to it.
+HEARTBEAT_INTERVAL = 0.5
+HEARTBEAT_TIMEOUT = 5.0
+_WATCH_INTERVAL = 0.2
 
 
 @dataclass
@@ -50,6 +55,12 @@ class _FrontEnd:
     process: subprocess.Popen
     links: list[asyncio.Task]
     started: asyncio.Future
+    heard: float = field(default_factory=time.monotonic)  # its last heartbeat
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since its last heartbeat, once it listens (0 before)."""
+        listening = self.started.done() and self.started.result() is None
+        return now - self.heard if listening else 0.0
 
 
 class FrontEndPool:
@@ -91,24 +102,35 @@ class FrontEndPool:
         link_frontend.close()
         control_frontend.close()
         send_blocking(control_owner, FrontEndSettings(**{**self.settings.__dict__, "index": index}))
-        started = asyncio.get_running_loop().create_future()
+        frontend = _FrontEnd(index, process, [], asyncio.get_running_loop().create_future())
 
         def on_started(failure: str | None) -> None:
-            if not started.done():
-                started.set_result(failure)
+            if not frontend.started.done():
+                frontend.heard = time.monotonic()
+                frontend.started.set_result(failure)
 
-        links = [asyncio.create_task(serve_link(self.service, link_owner, on_started)),
-                 asyncio.create_task(serve_link(self.service, control_owner))]
-        frontend = _FrontEnd(index, process, links, started)
+        def on_heartbeat() -> None:
+            frontend.heard = time.monotonic()
+
+        frontend.links = [asyncio.create_task(serve_link(self.service, link_owner, on_started, on_heartbeat)),
+                          asyncio.create_task(serve_link(self.service, control_owner))]
         self.frontends[index] = frontend
         asyncio.get_running_loop().call_later(START_TIMEOUT, on_started, f"front end {index} did not start")
-        links[0].add_done_callback(lambda _: on_started(f"front end {index} exited while starting"))
+        frontend.links[0].add_done_callback(lambda _: on_started(f"front end {index} exited while starting"))
         return frontend
 
     async def _restart_failed(self) -> None:
-        """A front end that exits while the server runs is started again (its in-flight requests are lost)."""
+        """A front end that exits while the server runs is started again (its in-flight requests are lost); one
+        that stops sending heartbeats is killed first."""
+        tick = time.monotonic()
         while not self.stopping:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(_WATCH_INTERVAL)
+            now = time.monotonic()
+            if now - tick > HEARTBEAT_INTERVAL * 4:  # this loop was stalled itself: heartbeats wait unread
+                for frontend in self.frontends.values():
+                    frontend.heard = now
+            tick = now
+            self._kill_silent(now)
             for index, frontend in list(self.frontends.items()):
                 code = frontend.process.poll()
                 if code is None or self.stopping:
@@ -122,6 +144,16 @@ class FrontEndPool:
                     failure = await replacement.started
                     if failure:
                         logger.error("%s", failure)
+
+    def _kill_silent(self, now: float) -> None:
+        for frontend in self.frontends.values():
+            silent = frontend.silent_for(now)
+            if silent > HEARTBEAT_TIMEOUT and frontend.process.poll() is None:
+                logger.error("front-end process %d sent no heartbeat for %.1fs (stopped or frozen): killing it",
+                             frontend.index, silent)
+                with contextlib.suppress(ProcessLookupError):
+                    frontend.process.kill()
+                frontend.process.wait()
 
     async def stop(self, timeout: float) -> bool:
         """Each front end stops accepting and drains its requests; False if one had to be killed."""

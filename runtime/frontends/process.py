@@ -15,7 +15,7 @@ import socket
 import sys
 
 from runtime.auth import TokenAuth
-from runtime.frontends.pool import FrontEndSettings
+from runtime.frontends.pool import HEARTBEAT_INTERVAL, FrontEndSettings
 from runtime.frontends.remote import RemoteService
 from runtime.frontends.wire import receive_blocking
 from runtime.http.app import create_http_app
@@ -75,8 +75,10 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
         await service.close()
         return 1
     service.started(None)
+    heartbeat = asyncio.create_task(service.beat(HEARTBEAT_INTERVAL))
     waits = [asyncio.create_task(stop.wait())] + ([http.task] if http is not None and http.task else [])
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    heartbeat.cancel()
     service.shutting_down = True
     timeout = settings.shutdown_timeout
     stops = [http.stop(timeout)] if http is not None else []

@@ -57,6 +57,12 @@ class RemoteService:
         """Tell the owner this front end listens (or why it could not)."""
         self._send(("started", 0, "", (failure,)))
 
+    async def beat(self, interval: float) -> None:
+        """Tell the owner, every ``interval`` seconds, that this process's loop runs (until the link is lost)."""
+        while not self.lost:
+            self._send(("heartbeat", 0, "", ()))
+            await asyncio.sleep(interval)
+
     # -- the asyncio link ---------------------------------------------------------------
     def _on_answer(self, answer: tuple) -> None:
         call_id, outcome, payload = answer
