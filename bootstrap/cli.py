@@ -192,6 +192,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
             body_timeout=settings.body_timeout_seconds,
             max_connections=settings.max_connections,
             max_concurrent_streams=settings.max_streams_per_connection,
+            send_timeout=settings.send_timeout_seconds,
+            max_unsent_bytes=settings.max_unsent_response_bytes,
         ),
         grpc_limits=GrpcLimits(
             handshake_timeout=settings.header_timeout_seconds,

@@ -140,7 +140,8 @@ class Server:
                 logger.info("gRPC endpoint on %s", address)
             if options.http_port is not None and pool is None:
                 app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health,
-                                      options.http_limits.body_timeout, options.json_decode_budget)
+                                      options.http_limits.body_timeout, options.json_decode_budget,
+                                      options.http_limits.unsent_bytes())
                 listeners.append(HttpServer(app, options.host, options.http_port, options.http_limits))
             if options.metrics_port is not None:
                 metrics = create_metrics_app(self.service, auth)

@@ -65,7 +65,8 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
             await grpc_server.start()
         if settings.http_port is not None:
             app = create_http_app(service, settings.max_body_bytes, auth, settings.auth_exempt_health,
-                                  settings.http_limits.body_timeout, settings.json_decode_budget)
+                                  settings.http_limits.body_timeout, settings.json_decode_budget,
+                                  settings.http_limits.unsent_bytes())
             listener = reuse_port_listener(settings.host, settings.http_port, settings.http_limits.backlog)
             http = HttpServer(app, settings.host, settings.http_port, settings.http_limits,
                               listening_fd=listener.detach())

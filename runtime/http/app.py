@@ -34,6 +34,7 @@ from runtime.http.body import (
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
 from runtime.http.generate import GenerateEndpoints
 from runtime.http.infer_route import InferRoute
+from runtime.http.sending import ChunkedResponse, UnsentBytes
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,11 +66,13 @@ class V2Endpoints:
     """Route handlers; each one parses, calls the core, and encodes."""
 
     def __init__(self, service: InferenceService, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 body_timeout: float = DEFAULT_BODY_TIMEOUT, json_budget: int = DEFAULT_JSON_BUDGET_BYTES) -> None:
+                 body_timeout: float = DEFAULT_BODY_TIMEOUT, json_budget: int = DEFAULT_JSON_BUDGET_BYTES,
+                 unsent: UnsentBytes | None = None) -> None:
         self.service = service
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
         self.json_budget = ByteBudget(json_budget)
+        self.unsent = unsent or UnsentBytes()
 
     @staticmethod
     def _model(request: Request) -> tuple[str, str]:
@@ -186,7 +189,7 @@ class V2Endpoints:
             payload, headers, media_type = await _off_loop(_encode, response, binary_default, accept_encoding)
         else:
             payload, headers, media_type = _encode(response, binary_default, accept_encoding)
-        return Response(payload, headers=headers, media_type=media_type)
+        return ChunkedResponse(payload, self.unsent, headers=headers, media_type=media_type)
 
 
 def _decode(chunks: list[bytes], encoding: str, limit: int, header_length: str | None, name: str,
@@ -287,10 +290,12 @@ def create_http_app(
     exempt_health: bool = True,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     json_budget: int = DEFAULT_JSON_BUDGET_BYTES,
+    unsent: UnsentBytes | None = None,
 ) -> ASGIApp:
     """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
-    (``InferRoute``) and, given ``auth``, every request checked before either."""
-    endpoints = V2Endpoints(service, max_body_bytes, body_timeout, json_budget)
+    (``InferRoute``) and, given ``auth``, every request checked before either.  ``unsent``: the process's bound
+    on answers being sent to clients (send timeout, bytes)."""
+    endpoints = V2Endpoints(service, max_body_bytes, body_timeout, json_budget, unsent)
     generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
     versioned = model + "/versions/{model_version:int}"  # Triton's routes take only numbers

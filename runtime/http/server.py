@@ -27,6 +27,8 @@ from granian.net import SocketHolder, SocketSpec
 from granian.server.embed import Server as EmbeddedGranian
 from starlette.types import ASGIApp
 
+from runtime.http.sending import DEFAULT_MAX_UNSENT_BYTES, DEFAULT_SEND_TIMEOUT, UnsentBytes
+
 logger = logging.getLogger(__name__)
 
 
@@ -40,6 +42,12 @@ class HttpLimits:
     max_concurrent_streams: int = 256  # per HTTP/2 connection
     ping_interval: float = 30.0  # HTTP/2: seconds between keep-alive pings; a peer that does not answer is dropped
     backlog: int = 1024
+    send_timeout: float = DEFAULT_SEND_TIMEOUT  # seconds a client may take to accept each chunk of a large answer
+    max_unsent_bytes: int = DEFAULT_MAX_UNSENT_BYTES  # answers being sent to clients, per serving process
+
+    def unsent_bytes(self) -> UnsentBytes:
+        """The bound on answers being sent that one serving process applies (``sending.py``)."""
+        return UnsentBytes(self.max_unsent_bytes, self.send_timeout)
 
 
 class _MessageFilter(logging.Filter):
