@@ -100,6 +100,32 @@ def test_many_stalled_connections_do_not_shut_out_new_clients(tmp_path):
         assert process.stop() == 0, process.log()
 
 
+class _FewDescriptors(ServerProcess):
+    """The server under ``ulimit -n 256``."""
+
+    def command(self) -> list[str]:
+        return ["bash", "-c", 'ulimit -n 256 && exec "$@"', "bash", *super().command()]
+
+
+def test_at_the_descriptor_limit_the_oldest_stalled_connections_make_room(tmp_path):
+    """252 connections sending part of their headers used every descriptor of a server under ulimit -n 256: a health
+    probe and an authenticated infer waited out the 30 s header timeout. The oldest ones still in their headers are
+    closed now, so new clients get in within seconds."""
+    with _FewDescriptors(_repository(tmp_path), "--auth-token", TOKEN) as process:
+        stalled = _open(process.http_port, 252, b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\n")
+        try:
+            time.sleep(0.5)
+            started = time.monotonic()
+            assert httpx.get(f"http://{process.http_url}/v2/health/live", timeout=10).status_code == 200
+            assert time.monotonic() - started < 5.0
+            assert _timed_infer(process) < 5.0
+            assert "closed the" in process.log() and "oldest still sending their headers" in process.log()
+            assert sum(_closed_by_server(connection, 0.01) for connection in stalled) > 0  # the shed ones
+        finally:
+            for connection in stalled:
+                connection.close()
+
+
 def test_stalled_headers_are_cut_off_at_the_header_timeout(guarded_server):
     stalled = _open(guarded_server.http_port, 5, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
     try:

@@ -6,7 +6,9 @@ Slow or silent clients cannot starve the server:
   so connections that never speak never reach the server;
 - request headers must arrive within ``header_timeout`` (on HTTP/1.1 keep-alive connections this
   is also the idle timeout between requests); HTTP/2 peers must answer pings;
-- at most ``max_connections`` connections are served at once; further ones wait in the backlog;
+- at most ``max_connections`` requests are served at once (granian's back-pressure); when connections near
+  ``max_connections`` or the open-file limit, the oldest ones still sending their headers are closed
+  (``shedding.py``), so that new clients get in;
 - request bodies have a deadline of their own (enforced where bodies are read, see ``body.py``).
 """
 
@@ -28,6 +30,7 @@ from granian.server.embed import Server as EmbeddedGranian
 from starlette.types import ASGIApp
 
 from runtime.http.sending import DEFAULT_MAX_UNSENT_BYTES, DEFAULT_SEND_TIMEOUT, UnsentBytes
+from runtime.http.shedding import HeaderShedder
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +107,11 @@ class HttpServer:
         binding ``host:port``."""
         limits = limits or HttpLimits()
         self.address = f"{host}:{port}"
+        self.shedder = HeaderShedder(port, limits.max_connections)
         self._listening_fd = listening_fd
         self._backlog = limits.backlog
         self._server = _Granian(
-            app,
+            self.shedder.wrap(app),
             address=host,
             port=port,
             interface=Interfaces.ASGINL,
@@ -125,6 +129,7 @@ class HttpServer:
             log_dictconfig=_granian_logging(),
         )
         self._task: asyncio.Task | None = None
+        self._watch: asyncio.Task | None = None
 
     async def start(self) -> None:
         """Bind and start serving; OSError if the address cannot be bound."""
@@ -136,6 +141,7 @@ class HttpServer:
             self._server.listener = SocketSpec(host, int(port), self._backlog).build()
         _defer_accept(self._server.listener.get_fd(), seconds=5)
         self._task = asyncio.create_task(self._server.serve())
+        self._watch = asyncio.create_task(self.shedder.run())
         await asyncio.sleep(0)
 
     @property
@@ -144,6 +150,8 @@ class HttpServer:
 
     async def stop(self, timeout: float) -> bool:
         """Stop accepting and let in-flight requests finish; False if some did not within ``timeout``."""
+        if self._watch is not None:
+            self._watch.cancel()
         if self._task is None:
             return True
         self._server.stop()
