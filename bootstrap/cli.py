@@ -198,6 +198,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         grpc_limits=GrpcLimits(
             handshake_timeout=settings.header_timeout_seconds,
             stream_max_in_flight=settings.stream_max_in_flight,
+            stream_max_bytes=settings.stream_max_bytes,
+            streams_max_bytes=settings.streams_max_bytes,
         ),
         server_name=settings.server_name,
         strict_readiness=settings.strict_readiness,

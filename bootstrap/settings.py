@@ -32,6 +32,8 @@ class FunctionSettings:
     execute_timeout_seconds: float = 60.0
     send_timeout_seconds: float = 30.0
     max_unsent_response_bytes: int = 1 << 30
+    stream_max_bytes: int = 16 << 20
+    streams_max_bytes: int = 1 << 30
     device: str = "auto"  # auto | gpu | cpu
     max_request_bytes: int = 64 * 1024 * 1024
     grpc_max_message_bytes: int = 128 * 1024 * 1024
@@ -167,7 +169,8 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                        "stream_max_in_flight", "json_decode_budget_bytes", "name",
                                        "strict_readiness", "auto_complete_config", "frontend_processes",
                                        "sequence_slot_timeout_seconds", "execute_timeout_seconds",
-                                       "send_timeout_seconds", "max_unsent_response_bytes"})
+                                       "send_timeout_seconds", "max_unsent_response_bytes", "stream_max_bytes",
+                                       "streams_max_bytes"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -206,7 +209,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     settings.body_timeout_seconds = _seconds(server, "body_timeout_seconds", settings.body_timeout_seconds,
                                              "server", positive=True)
     for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight", "json_decode_budget_bytes",
-                "max_unsent_response_bytes"):
+                "max_unsent_response_bytes", "stream_max_bytes", "streams_max_bytes"):
         setattr(settings, key, _positive_int(server, key, getattr(settings, key), "server"))
     settings.server_name = _optional_str(server, "name", "server") or settings.server_name
     settings.frontend_processes = frontend_process_count(server.get("frontend_processes", 0))

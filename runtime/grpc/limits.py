@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runtime.grpc.byte_gate import DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAMS_MAX_BYTES
+
 DEFAULT_MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 
 
@@ -14,3 +16,5 @@ class GrpcLimits:
     handshake_timeout: float = 30.0  # seconds for a new connection to complete its HTTP/2 preface
     ping_interval: float = 30.0  # seconds between keep-alive pings; a peer that does not answer is dropped
     stream_max_in_flight: int = 64  # ModelStreamInfer: requests running or answered-but-unsent per stream
+    stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES  # ModelStreamInfer: bytes of requests and unsent answers held
+    streams_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES  # ... per stream, and by every stream of the process together

@@ -68,7 +68,8 @@ def create_grpc_server(
             ("grpc.keepalive_timeout_ms", int(limits.ping_interval * 1000)),
         ],
     )
-    servicer = InferenceServicer(service, stream_max_in_flight=limits.stream_max_in_flight)
+    servicer = InferenceServicer(service, limits.stream_max_in_flight, limits.stream_max_bytes,
+                                 limits.streams_max_bytes)
     server.add_generic_rpc_handlers((_method_handlers(servicer),))
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")

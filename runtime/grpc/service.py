@@ -10,6 +10,7 @@ import grpc
 
 from runtime.core import InferenceService
 from runtime.errors import InvalidArgument, ServingError, Status, Unsupported
+from runtime.grpc.byte_gate import DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAMS_MAX_BYTES, ByteGate, StreamBytes
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
 from runtime.protocol import service_pb2
 from runtime.types import InferRequest, StreamResponse
@@ -133,9 +134,13 @@ def _require_default_repository(request) -> None:
 class InferenceServicer:
     """Implements each RPC by calling the core and converting the result."""
 
-    def __init__(self, service: InferenceService, stream_max_in_flight: int = 64) -> None:
+    def __init__(self, service: InferenceService, stream_max_in_flight: int = 64,
+                 stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES,
+                 streams_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES) -> None:
         self.service = service
         self.stream_max_in_flight = stream_max_in_flight
+        self.stream_max_bytes = stream_max_bytes
+        self.streams_bytes = ByteGate(streams_max_bytes)  # every stream's, in this process
 
     @_unary
     async def ServerLive(self, request, context):
@@ -187,36 +192,56 @@ class InferenceServicer:
         """Each request runs as it arrives; its responses (one, or any number from a decoupled model, each
         marked ``triton_final_response``) or its error stream back as they come.
 
-        At most ``stream_max_in_flight`` requests of one stream are running or not yet fully sent: past
-        that, the stream is not read until the client takes its responses (HTTP/2 flow control then holds
-        the client back), so a client that never reads cannot grow the server.
+        At most ``stream_max_in_flight`` requests of one stream are running or not yet fully sent, and at most
+        ``stream_max_bytes`` of its requests and responses are held (``byte_gate.py``; all streams together:
+        ``streams_max_bytes``): past either, the stream is not read until the client takes its responses (HTTP/2
+        flow control then holds the client back), so a client that never reads cannot grow the server.
         """
-        results: asyncio.Queue = asyncio.Queue()  # (message or None, whether it ends its request); None: done
+        # (message or None, whether it ends its request, bytes it holds); None: done
+        results: asyncio.Queue = asyncio.Queue()
         slots = asyncio.Semaphore(self.stream_max_in_flight)
+        held = StreamBytes(self.stream_max_bytes, self.streams_bytes)
         pending: set[asyncio.Task] = set()
 
-        async def run(message: service_pb2.ModelInferRequest | Undecodable) -> None:
-            if isinstance(message, Undecodable):
-                await results.put((service_pb2.ModelStreamInferResponse(error_message=message.error.message), True))
-                return
+        async def answer(message: service_pb2.ModelStreamInferResponse, final: bool) -> None:
+            size = message.ByteSize()
+            await held.acquire(size)
+            results.put_nowait((message, final, size))
+
+        async def run(message: service_pb2.ModelInferRequest | Undecodable, size: int) -> None:
             ended = False
             try:
+                if isinstance(message, Undecodable):
+                    held.release(size)
+                    size = 0
+                    await answer(service_pb2.ModelStreamInferResponse(error_message=message.error.message), True)
+                    ended = True
+                    return
                 request = decode_infer_request(message)
                 empty_final = _flag(request.parameters.pop(EMPTY_FINAL_RESPONSE, False))
                 async for item in self.service.infer_stream(request):
+                    if size:  # the request's bytes are let go once it has answered
+                        held.release(size)
+                        size = 0
                     ended = item.final
-                    await results.put((_stream_message(item, request, empty_final), item.final))
+                    await answer(_stream_message(item, request, empty_final), item.final)
             except ServingError as exc:  # as Triton: with an empty response beside the error
-                await results.put((service_pb2.ModelStreamInferResponse(
-                    error_message=details(exc.message), infer_response=service_pb2.ModelInferResponse()), True))
+                held.release(size)
+                size = 0
+                await answer(service_pb2.ModelStreamInferResponse(
+                    error_message=details(exc.message), infer_response=service_pb2.ModelInferResponse()), True)
                 ended = True
             except Exception:  # noqa: BLE001
                 logger.exception("unexpected error in ModelStreamInfer")
-                await results.put((service_pb2.ModelStreamInferResponse(error_message="internal server error"), True))
+                held.release(size)
+                size = 0
+                await answer(service_pb2.ModelStreamInferResponse(error_message="internal server error"), True)
                 ended = True
             finally:
+                if size:
+                    held.release(size)
                 if not ended:  # cancelled: free the slot all the same
-                    results.put_nowait((None, True))
+                    results.put_nowait((None, True, 0))
 
         async def read_all() -> None:
             iterator = request_iterator.__aiter__()
@@ -226,7 +251,9 @@ class InferenceServicer:
                     message = await iterator.__anext__()
                 except StopAsyncIteration:
                     break
-                task = asyncio.create_task(run(message))
+                size = 0 if isinstance(message, Undecodable) else message.ByteSize()
+                await held.acquire(size)
+                task = asyncio.create_task(run(message, size))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
             await asyncio.gather(*list(pending))
@@ -235,15 +262,20 @@ class InferenceServicer:
         reader = asyncio.create_task(read_all())
         try:
             while (entry := await results.get()) is not None:
-                message, ends_request = entry
+                message, ends_request, size = entry
                 if message is not None:
                     yield message
+                held.release(size)
                 if ends_request:
                     slots.release()
         finally:
             reader.cancel()
             for task in list(pending):
                 task.cancel()
+            while not results.empty():  # answers never sent: their bytes go back to the process's bound
+                entry = results.get_nowait()
+                if entry is not None:
+                    held.release(entry[2])
 
     @_unary
     async def LogSettings(self, request, context):
