@@ -203,8 +203,9 @@ class InferenceServicer:
         held = StreamBytes(self.stream_max_bytes, self.streams_bytes)
         pending: set[asyncio.Task] = set()
 
-        async def answer(message: service_pb2.ModelStreamInferResponse, final: bool) -> None:
-            size = message.ByteSize()
+        async def answer(message: service_pb2.ModelStreamInferResponse | None, final: bool) -> None:
+            """Queue a response (None: a bare final flag nobody asked to see) once its bytes fit."""
+            size = message.ByteSize() if message is not None else 0
             await held.acquire(size)
             results.put_nowait((message, final, size))
 
