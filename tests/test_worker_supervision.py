@@ -122,3 +122,42 @@ def test_unloading_a_model_that_never_loaded_is_immediate(flaky):
     assert response.status_code == 200
     assert time.monotonic() - started < 2.0
     assert "did not finish" not in process.log()
+
+
+HOARDER = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.kept = []
+
+    def execute(self, requests):
+        self.kept.append(np.ones(50 << 18, np.float32))  # keeps 50 MB per call, never lets go
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()),
+            pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64)),
+        ]) for r in requests]
+"""
+
+
+def test_a_worker_past_its_memory_limit_is_replaced(tmp_path):
+    """A model that keeps 50 MB per call grew its worker without limit; with worker_max_memory_bytes set, the worker
+    is replaced once past it, between requests, and every request is answered."""
+    limit = 200 << 20
+    write_model(tmp_path / "models", "hoarder", CONFIG + 'parameters { key: "worker_max_memory_bytes" value { '
+                f'string_value: "{limit}" }} }}\n', {"1/model.py": HOARDER})
+    with ServerProcess(tmp_path / "models") as server:
+        pids = set()
+        client = httpclient.InferenceServerClient(server.http_url)
+        for call in range(10):
+            tensor = httpclient.InferInput("IN", [1], "FP32")
+            tensor.set_data_from_numpy(np.array([call], dtype=np.float32))
+            result = client.infer("hoarder", [tensor])
+            assert result.as_numpy("OUT")[0] == call
+            pids.add(int(result.as_numpy("PID")[0]))
+            time.sleep(1.2)  # the watch looks once a second
+        assert len(pids) > 1  # replaced at least once, not grown to 500 MB
+        assert "past worker_max_memory_bytes" in server.log()

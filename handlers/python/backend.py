@@ -24,7 +24,7 @@ import numpy as np
 
 import triton_python_backend_utils as pb_utils
 from handlers.base import RESCHEDULE, HandlerContext, ModelHandler, RequestResult, StartedExecution
-from handlers.python import bls
+from handlers.python import bls, memory_watch
 from handlers.python.link import WorkerGone, WorkerLink
 from handlers.python.on_loop import start_on_loop
 from handlers.python.runner import (
@@ -133,12 +133,32 @@ class PythonBackendHandler(ModelHandler):
                                  f"not '{self._timeout_text}'")
         self.arena_bytes = _byte_size(self.spec.parameters, "shm-default-byte-size", DEFAULT_INITIAL_BYTES)
         self.growth_bytes = _byte_size(self.spec.parameters, "shm-growth-byte-size", DEFAULT_GROWTH_BYTES)
+        memory_limit = _byte_size(self.spec.parameters, memory_watch.PARAMETER, 0, lowest=0, power=44)
         spec = self._runner_spec()
         if self.isolation == "thread":
             self._runner = ModelRunner(spec, InProcessHost(self), thread_only=True)
             self._runner.load()
         else:
             self._worker = self._start_worker(spec)
+            if memory_limit:
+                memory_watch.watch_memory(self.label, memory_limit, self.worker_pid, self.recycle_if_idle,
+                                          self._closing)
+
+    def worker_pid(self) -> int | None:
+        worker = self._worker
+        return worker.process.pid if worker is not None else None
+
+    def recycle_if_idle(self, why: str) -> bool:
+        """Replace the worker now if it is idle (True), else leave it (False: asked again later)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._worker is None or self._closing.is_set():
+                return False
+            self._lose_worker(why)
+            return True
+        finally:
+            self._lock.release()
 
     def _start_worker(self, spec: RunnerSpec) -> WorkerLink:
         worker = WorkerLink(spec, self, self.arena_bytes, self.growth_bytes)
@@ -442,10 +462,10 @@ def _borrowed(encoded: Any, link: WorkerLink) -> Result | None:
     return ("ok", link.borrow(encoded[1]), encoded[2])
 
 
-def _byte_size(parameters: dict[str, str], key: str, default: int) -> int:
+def _byte_size(parameters: dict[str, str], key: str, default: int, lowest: int = 1, power: int = 34) -> int:
     text = parameters.get(key, str(default))
-    if not text.strip().isdigit() or not 0 < int(text) <= 1 << 34:
-        raise ModelLoadError(f"parameter {key} must be a number of bytes (1 to 2**34), not '{text}'")
+    if not text.strip().isdigit() or not lowest <= int(text) <= 1 << power:
+        raise ModelLoadError(f"parameter {key} must be a number of bytes ({lowest} to 2**{power}), not '{text}'")
     return int(text)
 
 
