@@ -164,6 +164,10 @@ class ModelHandler(abc.ABC):
     def unavailable_reason(self) -> str:
         return ""
 
+    # Whether an execution may send requests of its own and wait for them (a Python model's BLS calls): only
+    # such executions are tracked for wait cycles (runtime/wait_graph.py).
+    sends_requests = False
+
     @property
     def bounds_own_executions(self) -> bool:
         """Whether this instance ends an execution past ``execute_timeout`` itself (a worker process it recycles);

@@ -280,7 +280,7 @@ class Scheduler:
             self._arrival.set()
             return
         now = time.perf_counter_ns()
-        execution = self._waits.begin(self)
+        execution = self._waits.begin(self) if instance.sends_requests else 0
         for item in batch:
             item.dispatched_ns = item.dispatched_ns or now
             item.instance = instance
@@ -336,19 +336,21 @@ class Scheduler:
         running = loop.run_in_executor(self.executor, self._execute, instance, batch)
         if instance.bounds_own_executions:
             return await running
+        timer = loop.call_later(instance.execute_timeout, self._answer_overdue, instance, batch)
         try:
-            return await asyncio.wait_for(asyncio.shield(running), instance.execute_timeout)
-        except TimeoutError:
-            # A thread cannot be stopped: the batch's requests get their answer now, and the instance stays
-            # held (overdue: the model reports it) until the run returns, its results then dropped.
-            error = Unavailable(f"model '{self.spec.name}' execution did not finish within "
-                                f"{instance.execute_timeout:g}s; its instance is unavailable until it does")
-            logger.error("%s", error.message)
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_result(error)
-            await running
-            return [error] * len(batch)
+            return await running
+        finally:
+            timer.cancel()
+
+    def _answer_overdue(self, instance: ModelHandler, batch: list[_Item]) -> None:
+        """A thread cannot be stopped: the batch's requests get their answer now, and the instance stays held
+        (overdue: the model reports it) until the run returns, its results then dropped."""
+        error = Unavailable(f"model '{self.spec.name}' execution did not finish within "
+                            f"{instance.execute_timeout:g}s; its instance is unavailable until it does")
+        logger.error("%s", error.message)
+        for item in batch:
+            if not item.future.done():
+                item.future.set_result(error)
 
     def _runs_inline(self, instance: ModelHandler, batch: list[_Item]) -> bool:
         """Whether this batch runs on the loop: a CPU model measured to run in under INLINE_SECONDS, small inputs."""

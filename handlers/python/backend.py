@@ -74,6 +74,8 @@ def _stream_item(result: Result | None, flags: int) -> StreamItem:
 class PythonBackendHandler(ModelHandler):
     """Runs a user's TritonPythonModel, in a supervised worker process or in this process."""
 
+    sends_requests = True  # BLS
+
     def __init__(self, context: HandlerContext) -> None:
         super().__init__(context)
         params = self.spec.parameters
