@@ -30,10 +30,12 @@ class _Node:
     running: set[int] = field(default_factory=set)  # execution tokens
 
 
-@dataclass
 class _Execution:
-    node: Hashable
-    waits: Counter = field(default_factory=Counter)  # node -> requests of this execution waiting on it
+    __slots__ = ("node", "waits")
+
+    def __init__(self, node: Hashable) -> None:
+        self.node = node
+        self.waits: Counter = Counter()  # node -> requests of this execution waiting on it
 
 
 class WaitGraph:

@@ -96,10 +96,10 @@ class ChunkedResponse(Response):
         cut = asyncio.ensure_future(sending.cut.wait())
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            view = memoryview(body)
-            for start in range(0, len(view), CHUNK_BYTES):
-                last = start + CHUNK_BYTES >= len(view)
-                message = {"type": "http.response.body", "body": view[start:start + CHUNK_BYTES],
+            for start in range(0, len(body), CHUNK_BYTES):
+                last = start + CHUNK_BYTES >= len(body)
+                # bytes, not a memoryview: granian takes bytes as they are, other buffers element by element
+                message = {"type": "http.response.body", "body": body[start:start + CHUNK_BYTES],
                            "more_body": not last}
                 if not await self._send_chunk(send, message, sending, cut):
                     return  # returning before the last chunk makes granian close the connection
