@@ -54,7 +54,8 @@ def _write_torchscript(path: Path) -> None:
     torch.jit.save(torch.jit.script(AddSub()), str(path))
 
 
-def _write_savedmodel(path: Path) -> None:
+def write_savedmodel(path: Path) -> None:
+    """The add/sub model as a TensorFlow SavedModel (signature ``serving_default``, keys the config's names)."""
     import tensorflow as tf
 
     spec = [tf.TensorSpec([None, 16], tf.float32, name="INPUT0"), tf.TensorSpec([None, 16], tf.float32, name="INPUT1")]
@@ -79,7 +80,7 @@ def write_model_files(folder: Path, backend: str) -> None:
     elif backend == "openvino":
         write_ir(version)
     elif backend == "tensorflow":
-        _write_savedmodel(version / "model.savedmodel")
+        write_savedmodel(version / "model.savedmodel")
     elif backend == "python":
         (version / "model.py").write_text(PYTHON_ADD_SUB)
     else:

@@ -120,16 +120,21 @@ def test_errors_and_auth_answer_as_in_one_process(server):
     assert grpc.get_model_config("simple_onnx", headers=dict(HEADERS)).config.max_batch_size > 0
 
 
-def test_a_front_end_that_dies_is_replaced(server):
-    victim = frontend_pids(server)[0]
-    os.kill(victim, signal.SIGKILL)
+def _wait_replaced(server: ServerProcess, victim: int) -> None:
+    """Until ``victim`` is gone and a new front end serves in its place (30 s at most)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         pids = frontend_pids(server)
         if len(pids) == FRONTENDS and victim not in pids:
-            break
+            return
         time.sleep(0.1)
-    assert len(frontend_pids(server)) == FRONTENDS and victim not in frontend_pids(server)
+    raise AssertionError(f"front end {victim} was not replaced: {frontend_pids(server)}")
+
+
+def test_a_front_end_that_dies_is_replaced(server):
+    victim = frontend_pids(server)[0]
+    os.kill(victim, signal.SIGKILL)
+    _wait_replaced(server, victim)
     assert re.search(r"front-end process \d exited with code -9: starting it again", server.log())
     for _ in range(10):  # new connections, wherever they land, are answered
         client = httpclient.InferenceServerClient(server.http_url)
@@ -143,13 +148,7 @@ def test_a_frozen_front_end_is_replaced(server):
     victim = frontend_pids(server)[0]
     os.kill(victim, signal.SIGSTOP)
     frozen = time.monotonic()
-    deadline = frozen + 30
-    while time.monotonic() < deadline:
-        pids = frontend_pids(server)
-        if len(pids) == FRONTENDS and victim not in pids:
-            break
-        time.sleep(0.1)
-    assert len(frontend_pids(server)) == FRONTENDS and victim not in frontend_pids(server)
+    _wait_replaced(server, victim)
     assert 4 < time.monotonic() - frozen < 15  # the heartbeat timeout (5 s), not a guess made sooner
     assert re.search(r"front-end process \d sent no heartbeat for [\d.]+s \(stopped or frozen\): killing it",
                      server.log())

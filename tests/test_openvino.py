@@ -5,28 +5,18 @@ The IR is made here from the add/sub ONNX model by OpenVINO's own converter, as 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 import numpy as np
-import openvino as ov
 import pytest
 import tritonclient.http as httpclient
 
-from examples.build_models import build_add_sub_onnx
+from tests.add_sub_models import write_ir
 from tests.support import ServerProcess, add_sub_config, assert_add_sub_answers, write_model
 
 CONFIG = add_sub_config('backend: "openvino"', extra="""
 dynamic_batching { max_queue_delay_microseconds: 2000 }
 parameters { key: "INFERENCE_NUM_THREADS" value: { string_value: "1" } }
 """)
-
-
-def write_ir(folder: Path) -> None:
-    onnx_path = folder / "source.onnx"
-    build_add_sub_onnx(onnx_path, datatype="FP32")
-    ov.save_model(ov.convert_model(str(onnx_path)), str(folder / "model.xml"))
-    onnx_path.unlink()
 
 
 @pytest.fixture(scope="module")

@@ -17,22 +17,9 @@ from tritonclient.utils import InferenceServerException
 
 from runtime.errors import AlreadyExists, InvalidArgument
 from runtime.shared_memory import SharedMemoryRegistry
+from tests.add_sub_models import PYTHON_ADD_SUB
 from tests.support import ServerProcess, write_model
 
-ADD_SUB = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b),
-                                                         pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
 CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -45,7 +32,7 @@ B = np.array([10, 20, 30, 40], np.float32)
 
 @pytest.fixture
 def served(tmp_path):
-    write_model(tmp_path / "models", "add_sub", CONFIG, {"1/model.py": ADD_SUB})
+    write_model(tmp_path / "models", "add_sub", CONFIG, {"1/model.py": PYTHON_ADD_SUB})
     with ServerProcess(tmp_path / "models") as process:
         yield process
 
@@ -61,9 +48,9 @@ def regions():
     shm.destroy_shared_memory_region(outputs)
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_inputs_and_outputs_through_registered_regions(served, regions, protocol):
-    tag, inputs, outputs = regions
+def _through_regions(served, protocol: str, tag: str) -> tuple:
+    """A client of ``protocol`` with regions "in" and "out" registered, the two inputs read from "in" and OUTPUT0
+    asked for in "out": (module, client, inputs, requested output)."""
     module = httpclient if protocol == "http" else grpcclient
     client = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
     client.register_system_shared_memory("in", f"/st_test_in_{tag}", 32)
@@ -73,6 +60,13 @@ def test_inputs_and_outputs_through_registered_regions(served, regions, protocol
     second.set_shared_memory("in", 16, offset=16)
     summed = module.InferRequestedOutput("OUTPUT0")
     summed.set_shared_memory("out", 16)
+    return module, client, (first, second), summed
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_inputs_and_outputs_through_registered_regions(served, regions, protocol):
+    tag, inputs, outputs = regions
+    module, client, (first, second), summed = _through_regions(served, protocol, tag)
     result = client.infer("add_sub", [first, second], outputs=[summed, module.InferRequestedOutput("OUTPUT1")])
     np.testing.assert_array_equal(shm.get_contents_as_numpy(outputs, np.float32, [4]), A + B)  # written in place
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)  # the other output as usual
@@ -105,15 +99,7 @@ def test_a_region_its_client_shrinks_fails_that_request_only(served, regions, pr
     """A client may ftruncate its object after registering it: the request that names it gets 400, the server lives
     (a mapping read or written past the object's end was a SIGBUS that killed the server)."""
     tag, inputs, outputs = regions
-    module = httpclient if protocol == "http" else grpcclient
-    client = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
-    client.register_system_shared_memory("in", f"/st_test_in_{tag}", 32)
-    client.register_system_shared_memory("out", f"/st_test_out_{tag}", 32)
-    first, second = module.InferInput("INPUT0", [4], "FP32"), module.InferInput("INPUT1", [4], "FP32")
-    first.set_shared_memory("in", 16)
-    second.set_shared_memory("in", 16, offset=16)
-    summed = module.InferRequestedOutput("OUTPUT0")
-    summed.set_shared_memory("out", 16)
+    module, client, (first, second), summed = _through_regions(served, protocol, tag)
     shrunk = f"/dev/shm/st_test_{'in' if use == 'input' else 'out'}_{tag}"
     os.truncate(shrunk, 0)
     with pytest.raises(InferenceServerException, match="no longer holds its registered 32 bytes") as refused:

@@ -12,6 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from examples.build_models import EXAMPLE_REPOSITORY, build_example_models
+from tests.add_sub_models import write_savedmodel
 from tests.support import ServerProcess, add_sub_config, assert_add_sub_answers, write_model
 
 
@@ -34,19 +35,12 @@ def build_models(repository: Path) -> None:
 
     spec = [tf.TensorSpec([None, 16], tf.float32, name="INPUT0"), tf.TensorSpec([None, 16], tf.float32, name="INPUT1")]
 
-    class AddSub(tf.Module):
-        @tf.function(input_signature=spec)
-        def serve(self, INPUT0, INPUT1):  # noqa: N803 - the signature's keys are the config's names
-            return {"OUTPUT0": INPUT0 + INPUT1, "OUTPUT1": INPUT0 - INPUT1}
-
     class Upper(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="TEXT")])
         def serve(self, TEXT):  # noqa: N803
             return {"UPPER": tf.strings.upper(TEXT)}
 
-    add_sub = AddSub()
-    tf.saved_model.save(add_sub, str(repository / "add_sub_savedmodel" / "1" / "model.savedmodel"),
-                        signatures={"serving_default": add_sub.serve})
+    write_savedmodel(repository / "add_sub_savedmodel" / "1" / "model.savedmodel")
     write_model(repository, "add_sub_savedmodel", tf_add_sub_config("tensorflow_savedmodel"))
     upper = Upper()
     tf.saved_model.save(upper, str(repository / "upper_savedmodel" / "1" / "model.savedmodel"),
