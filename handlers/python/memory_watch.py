@@ -9,23 +9,22 @@ request waits for the new one, as after a crash).  Off (0) by default, as in Tri
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
+
+import psutil
 
 logger = logging.getLogger(__name__)
 
 PARAMETER = "worker_max_memory_bytes"
 INTERVAL = 1.0
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def resident_bytes(pid: int) -> int:
     """A process's resident memory (0 if it is gone)."""
     try:
-        with open(f"/proc/{pid}/statm") as statm:
-            return int(statm.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
         return 0
 
 

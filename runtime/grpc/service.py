@@ -210,37 +210,32 @@ class InferenceServicer:
             results.put_nowait((message, final, size))
 
         async def run(message: service_pb2.ModelInferRequest | Undecodable, size: int) -> None:
+            """Run one request of ``size`` bytes; its bytes are let go once it answers, or ends."""
             ended = False
+
+            async def reply(response: service_pb2.ModelStreamInferResponse | None, final: bool) -> None:
+                nonlocal size, ended
+                held.release(size)
+                size = 0
+                await answer(response, final)
+                ended = final
+
             try:
                 if isinstance(message, Undecodable):
-                    held.release(size)
-                    size = 0
-                    await answer(service_pb2.ModelStreamInferResponse(error_message=message.error.message), True)
-                    ended = True
+                    await reply(service_pb2.ModelStreamInferResponse(error_message=message.error.message), True)
                     return
                 request = decode_infer_request(message)
                 empty_final = _flag(request.parameters.pop(EMPTY_FINAL_RESPONSE, False))
                 async for item in self.service.infer_stream(request):
-                    if size:  # the request's bytes are let go once it has answered
-                        held.release(size)
-                        size = 0
-                    ended = item.final
-                    await answer(_stream_message(item, request, empty_final), item.final)
+                    await reply(_stream_message(item, request, empty_final), item.final)
             except ServingError as exc:  # as Triton: with an empty response beside the error
-                held.release(size)
-                size = 0
-                await answer(service_pb2.ModelStreamInferResponse(
+                await reply(service_pb2.ModelStreamInferResponse(
                     error_message=details(exc.message), infer_response=service_pb2.ModelInferResponse()), True)
-                ended = True
             except Exception:  # noqa: BLE001
                 logger.exception("unexpected error in ModelStreamInfer")
-                held.release(size)
-                size = 0
-                await answer(service_pb2.ModelStreamInferResponse(error_message="internal server error"), True)
-                ended = True
+                await reply(service_pb2.ModelStreamInferResponse(error_message="internal server error"), True)
             finally:
-                if size:
-                    held.release(size)
+                held.release(size)
                 if not ended:  # cancelled: free the slot all the same
                     results.put_nowait((None, True, 0))
 

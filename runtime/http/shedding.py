@@ -9,11 +9,11 @@ each process that serves HTTP:
   since the descriptors may all be gone when it matters);
 - when they near the cap (``server.max_connections``, or the open-file limit less ``FD_RESERVE`` for models,
   files and pipes, whichever is lower), counts the HTTP port's connections (``/proc/net/tcp*``) and the open
-  descriptors (``fstat`` on each number: no descriptor needed), and closes the oldest connections that never
-  completed a request (their headers are still coming) until ``headroom`` is free again.  A connection that has
-  sent a request is known by its peer's port, recorded as each request arrives; one is old enough to close once a
-  scan saw it ``MIN_AGE_SECONDS`` before (TCP_DEFER_ACCEPT hands over only connections that sent data, so a real
-  client has sent its headers by then).
+  descriptors (listed, or, with none left to list them, ``fstat`` on each number), and closes the oldest
+  connections that never completed a request (their headers are still coming) until ``headroom`` is free again.
+  A connection that has sent a request is known by its peer's port, recorded as each request arrives; one is old
+  enough to close once a scan saw it ``MIN_AGE_SECONDS`` before (TCP_DEFER_ACCEPT hands over only connections
+  that sent data, so a real client has sent its headers by then).
 
 A connection is closed by ``shutdown`` on granian's own descriptor, checked to hold that socket just before; granian
 then sees its peer go and closes it.  Linux only (it reads ``/proc``); elsewhere it does nothing.
@@ -29,6 +29,7 @@ import resource
 import socket
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
 
@@ -159,11 +160,15 @@ def _connections(rows: list[str], port: int) -> list[Connection]:
 
 
 def _descriptors(limit: int) -> tuple[dict[int, int], int]:
-    """This process's sockets (inode -> descriptor) and how many descriptors are open, found with ``fstat``
-    (listing /proc/self/fd would need a descriptor of its own)."""
+    """This process's sockets (inode -> descriptor) and how many descriptors are open: from a listing of
+    /proc/self/fd, or, when no descriptor is left to list it with, ``fstat`` on every number below ``limit``."""
+    try:
+        numbers: Iterable[int] = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        numbers = range(limit)
     sockets = {}
     count = 0
-    for descriptor in range(limit):
+    for descriptor in numbers:
         try:
             info = os.fstat(descriptor)
         except OSError:
