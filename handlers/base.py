@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import abc
 import importlib
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -43,6 +46,26 @@ def parameter_flag(value: str, name: str) -> bool:
     if lowered in ("false", "0", "no", "off"):
         return False
     raise ModelLoadError(f"parameter '{name}' must be true or false (1 or 0), not '{value}'")
+
+
+_FIRST_LOAD_LOCK = threading.Lock()
+_FIRST_LOADS_DONE: set[type] = set()
+
+
+@contextmanager
+def first_load_alone(handler: type[ModelHandler]) -> Iterator[None]:
+    """Run the first load (and warm-up) of each in-process framework's handler alone; later loads run in parallel.
+
+    Two frameworks initialising at once in one process can deadlock: TensorFlow's import held Python's import lock
+    while OpenVINO's pybind11 sat in a C++ once-flag initialising its numpy API, each waiting for the other (seen
+    loading a repository of every backend on two cores, one start in five). A framework initialised once is safe.
+    """
+    if not handler.in_process_framework or handler in _FIRST_LOADS_DONE:
+        yield
+        return
+    with _FIRST_LOAD_LOCK:
+        yield
+        _FIRST_LOADS_DONE.add(handler)
 
 
 class Reschedule:
@@ -164,6 +187,10 @@ class ModelHandler(abc.ABC):
     def unavailable_reason(self) -> str:
         return ""
 
+    # Whether load and warm-up run a framework inside this process (ONNX Runtime, torch, TensorFlow, OpenVINO), so
+    # that the first load of this class must run alone (first_load_alone).
+    in_process_framework = False
+
     # Whether an execution may send requests of its own and wait for them (a Python model's BLS calls): only
     # such executions are tracked for wait cycles (runtime/wait_graph.py).
     sends_requests = False
@@ -196,6 +223,8 @@ class TensorHandler(ModelHandler):
     inputs along the batch dim and calls :meth:`run` once.  A run has three timed
     phases: :meth:`prepare`, :meth:`infer`, :meth:`collect`.
     """
+
+    in_process_framework = True
 
     @abc.abstractmethod
     def prepare(self, inputs: dict[str, np.ndarray]) -> Any:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from handlers import handler_class
-from handlers.base import HandlerContext, ModelHandler
+from handlers.base import HandlerContext, ModelHandler, first_load_alone
 from runtime.classification import load_labels
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
@@ -110,8 +110,9 @@ class ModelVersion:
             for context in contexts:
                 instance = cls(context)
                 self.instances.append(instance)
-                instance.load()
-                run_warmup(self.spec, context.model_dir, instance)
+                with first_load_alone(cls):
+                    instance.load()
+                    run_warmup(self.spec, context.model_dir, instance)
         except ModelLoadError as exc:
             self._unload_instances()
             self.state, self.reason = ModelState.UNAVAILABLE, str(exc)
