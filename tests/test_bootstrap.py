@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -132,6 +133,8 @@ def test_signal_drains_in_flight_requests_finalizes_and_exits_0(tmp_path, sig, g
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://{process.http_url}/v2/health/ready", timeout=2).raise_for_status()
     worker.join(30)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.process.wait(60)  # it exits on the first signal: a second one, sent while it exits, would kill it
     code = process.stop()
     assert "error" not in results, results.get("error")
     np.testing.assert_array_equal(results["out"], np.array([2.0, 4.0], dtype=np.float32))
