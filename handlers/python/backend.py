@@ -163,7 +163,9 @@ class PythonBackendHandler(ModelHandler):
             self._lock.release()
 
     def _start_worker(self, spec: RunnerSpec) -> WorkerLink:
-        worker = WorkerLink(spec, self, self.arena_bytes, self.growth_bytes)
+        services = self.context.services
+        worker = WorkerLink(spec, self, self.arena_bytes, self.growth_bytes,
+                            services.loop if services is not None else None)
         try:
             worker.wait_ready(START_TIMEOUT)
         except (ModelLoadError, WorkerGone) as exc:

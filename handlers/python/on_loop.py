@@ -1,9 +1,9 @@
 """A Python-backend batch sent to its worker from the event loop, without a thread in between.
 
 The blocking path (``PythonBackendHandler.execute`` in one of the scheduler's threads) costs two thread hand-offs
-per batch besides the worker's own: the loop wakes a thread that writes the batch and waits, and the link's
-reader thread wakes it again with the answer. Here the loop writes the inputs into the worker's arena and sends
-the batch itself, and the reader thread's answer resolves a loop future directly.
+per batch besides the worker's own: the loop wakes a thread that writes the batch and waits, and the
+link wakes it again with the answer. Here the loop writes the inputs into the worker's arena and sends the batch
+itself, and the answer, read on the loop, resolves the awaiting request's future directly.
 
 Only the common case takes this path; the blocking one serves the rest unchanged: an in-process model, a
 decoupled model, inputs over ``ON_LOOP_INPUT_BYTES`` (their copy would hold the loop; a BYTES element counts as
@@ -16,6 +16,7 @@ still waits for (or cuts off) a running execute.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -101,7 +102,7 @@ class WorkerExecution:
         if future is None:  # the worker went away as the batch was sent
             return await asyncio.to_thread(self._fail, self.gone, "; it is being restarted")
         try:
-            answer, gone = await asyncio.wait_for(_on_loop(future), handler.execute_timeout)
+            answer, gone = await _on_loop(future, handler.execute_timeout)
         except asyncio.CancelledError:  # unloading: the answer, when it comes, is taken and dropped
             future.add_done_callback(self._drop)
             raise
@@ -131,7 +132,7 @@ class WorkerExecution:
             handler._lock.release()
 
     def _drop(self, future: Future) -> None:
-        """The answer of an abandoned batch (in the link's reader thread): free what it holds, free the instance."""
+        """The answer of an abandoned batch (where the link reads): free what it holds, free the instance."""
         handler = self.handler
         try:
             if future.exception() is None:
@@ -145,21 +146,37 @@ class WorkerExecution:
             self.worker.arena.free(request_refs)
 
 
-def _on_loop(future: Future) -> asyncio.Future:
-    """A loop future of (answer, None), or (None, why) when the worker went away, that follows ``future``
-    without ever cancelling it (the link's reader thread completes it: a cancelled one would fail there).
+def _on_loop(future: Future, timeout: float) -> asyncio.Future:
+    """A loop future of (answer, None), or (None, why) when the worker went away, or TimeoutError past
+    ``timeout`` seconds, that follows ``future`` without ever cancelling it (the link completes it, on the loop
+    or in its reader thread: a cancelled one would fail there). A timer, not ``asyncio.wait_for``: that wraps
+    each batch's wait in a future and callbacks of its own.
 
     The failure comes as a value, not raised: a raised one would tie the dead worker's link (its pipes and
     shared memory) into a traceback cycle until the cyclic collector ran.
     """
     loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
     waiter = loop.create_future()
 
     def settle(done: Future) -> None:
-        if waiter.cancelled():
+        if waiter.done():  # cancelled, or timed out
             return
+        timer.cancel()
         error = done.exception()
         waiter.set_result((None, str(error) or type(error).__name__) if error is not None else (done.result(), None))
 
-    future.add_done_callback(lambda done: loop.call_soon_threadsafe(settle, done))
+    def follow(done: Future) -> None:
+        if threading.get_ident() == loop_thread:  # the link reads on the loop: no wake-up needed
+            settle(done)
+        else:
+            loop.call_soon_threadsafe(settle, done)
+
+    def expire() -> None:
+        if not waiter.done():
+            waiter.set_exception(TimeoutError())
+
+    timer = loop.call_later(timeout, expire)
+    waiter.add_done_callback(lambda _: timer.cancel())  # a cancelled wait (unloading) stops the timer too
+    future.add_done_callback(follow)
     return waiter

@@ -4,9 +4,11 @@ The worker runs in a session of its own, so signals meant for the server's proce
 terminal, ``timeout``) reach only the server, which drains and then asks each worker to finalize.  A
 worker whose server is gone exits on its own, even while user code is busy: it never outlives the server.
 
-Threads: the main thread runs ``execute``; a reader thread takes every message from the server (work for
-the main thread, replies to BLS and other calls, released memory, cancellations); models may add their own
-(decoupled senders).  Tensors travel through shared memory (see ``transport.py``).
+Threads: the main thread runs ``execute`` and, while idle, reads what the server sends itself (one wake-up per
+batch, as Triton's stub has); while a model executes, whichever thread waits for a reply (a BLS call, a metric)
+reads instead, and a send or ``is_cancelled`` takes whatever has arrived when nobody is reading (``Inbox``).
+Models may add threads of their own (decoupled senders).  Tensors travel through shared memory (see
+``transport.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 import itertools
 import os
 import queue
+import select
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
@@ -87,6 +91,73 @@ class _Calls:
             waiter.set_result(payload) if isinstance(waiter, Future) else waiter.put((payload, True))
 
 
+class Inbox:
+    """What the server sends, read by whichever thread waits for something (leader and followers): the main
+    thread while it waits for work, a thread waiting for a reply while a model executes, nobody otherwise.
+
+    A reader thread of its own cost a thread hand-off per batch (the reader woke, queued the batch, woke the main
+    thread); here the main thread's read is the batch's only wake-up.  Whoever reads routes each message (work is
+    queued, replies delivered, memory released, cancellations noted) and wakes the waiters to look again.
+    """
+
+    def __init__(self, connection: Connection, route: Callable[[tuple | None], None]) -> None:
+        self.connection = connection
+        self.work: deque[tuple] = deque()
+        self._route = route
+        self._condition = threading.Condition()
+        self._reading = False
+        # Connection.poll builds a selector per call (about 10 us); one poll object is a single syscall
+        self._arrivals = select.poll()
+        self._arrivals.register(connection.fileno(), select.POLLIN)
+
+    def wait(self, ready: Callable[[], bool]) -> None:
+        """Read and route messages until ``ready()`` holds (a routed EOF makes every wait ready)."""
+        condition = self._condition
+        while True:
+            with condition:
+                while not ready():
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    condition.wait()
+                else:
+                    return
+            self._read_one()
+
+    def take_arrived(self) -> None:
+        """Route whatever has already arrived, without waiting, unless another thread is reading."""
+        with self._condition:
+            if self._reading:
+                return
+            self._reading = True
+        try:
+            while self._arrivals.poll(0) and self._read_one(release=False):
+                pass
+        except (EOFError, OSError):
+            pass  # the connection is gone: the next wait reads its end
+        finally:
+            self._release()
+
+    def _read_one(self, release: bool = True) -> bool:
+        """Called holding the reading role: one message (a segment's descriptors follow it on the connection, so
+        it is routed before the role is given up); False when the connection has closed."""
+        try:
+            try:
+                message = self.connection.recv()
+            except (EOFError, OSError):
+                message = None
+            self._route(message)
+            return message is not None
+        finally:
+            if release:
+                self._release()
+
+    def _release(self) -> None:
+        with self._condition:
+            self._reading = False
+            self._condition.notify_all()
+
+
 class WorkerHost:
     """What a model in a worker process calls out to: the server, over the connection."""
 
@@ -98,12 +169,38 @@ class WorkerHost:
         self.server_memory = PeerMemory()  # tensors the server sends: inputs, BLS outputs
         self.calls = _Calls()
         self.cancelled: set[Any] = set()
+        self.inbox = Inbox(connection, self._route)
         self._send_lock = threading.Lock()
 
     def send_message(self, message: tuple) -> None:
         with self._send_lock:
             self.arena.announce(self.connection, self.parent_pid)
             self.connection.send(message)
+        self.inbox.take_arrived()  # while a model executes nobody reads: released memory, cancellations
+
+    def _route(self, message: tuple | None) -> None:
+        """One message from the server (None: the connection closed), routed by the thread reading."""
+        if message is None:
+            self.calls.fail_all("the server went away")
+            self.inbox.work.append(("finalize",))
+            return
+        kind = message[0]
+        if kind == "segment":
+            self.server_memory.receive_segment(self.connection, message[1], message[2])
+        elif kind == "release":
+            self.arena.free(message[1])
+        elif kind == "reply":
+            self.calls.deliver(message[1], message[2], message[3])
+        elif kind == "cancel":
+            self.cancelled.add(message[1])
+        else:
+            self.inbox.work.append(message)
+
+    def next_work(self) -> tuple:
+        """The next batch or finalize for the main thread, reading the connection until one comes."""
+        work = self.inbox.work
+        self.inbox.wait(lambda: bool(work))
+        return work.popleft()
 
     # -- pb_utils.Host ---------------------------------------------------------------------------------------
     def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
@@ -117,8 +214,13 @@ class WorkerHost:
         call_id, waiter = self.calls.open(streaming=decoupled)
         self.send_message(("bls", call_id, message, decoupled))
         if not decoupled:
-            return self._bls_response(waiter.result())
+            return self._bls_response(self._answer(waiter))
         return self._bls_stream(waiter)
+
+    def _answer(self, waiter: Future) -> Any:
+        """A call's reply, reading the connection while it has not come."""
+        self.inbox.wait(waiter.done)
+        return waiter.result()
 
     def _bls_response(self, payload: Any) -> pb_utils.InferenceResponse:
         result, refs = decode_result(payload, self.server_memory, copy=True)
@@ -133,6 +235,7 @@ class WorkerHost:
 
     def _bls_stream(self, waiter: queue.SimpleQueue) -> Iterator[pb_utils.InferenceResponse]:
         while True:
+            self.inbox.wait(lambda: not waiter.empty())
             payload, final = waiter.get()
             if payload is not None:
                 yield self._bls_response(payload)
@@ -150,6 +253,7 @@ class WorkerHost:
         self.send_message(("response", key, encoded, flags))
 
     def is_cancelled(self, key: Any) -> bool:
+        self.inbox.take_arrived()
         return key in self.cancelled
 
     def reschedule(self, key: Any) -> None:
@@ -164,12 +268,12 @@ class WorkerHost:
             return None
         call_id, waiter = self.calls.open()
         self.send_message(("metric", call_id, operation, arguments))
-        return self._reply(waiter.result())
+        return self._reply(self._answer(waiter))
 
     def control(self, operation: str, *arguments: Any) -> Any:
         call_id, waiter = self.calls.open()
         self.send_message(("control", call_id, operation, arguments))
-        return self._reply(waiter.result())
+        return self._reply(self._answer(waiter))
 
     @staticmethod
     def _reply(payload: Any) -> Any:
@@ -192,29 +296,6 @@ def _exit_when_orphaned(server_pid: int) -> None:
             os._exit(0)
         except PermissionError:
             pass  # a pid reused by another user's process: the re-parenting check still holds
-
-
-def _read(host: WorkerHost, work: queue.SimpleQueue) -> None:
-    """The reader thread: everything the server sends."""
-    connection = host.connection
-    while True:
-        try:
-            message = connection.recv()
-        except (EOFError, OSError):
-            host.calls.fail_all("the server went away")
-            work.put(("finalize",))
-            return
-        kind = message[0]
-        if kind == "segment":
-            host.server_memory.receive_segment(connection, message[1], message[2])
-        elif kind == "release":
-            host.arena.free(message[1])
-        elif kind == "reply":
-            host.calls.deliver(message[1], message[2], message[3])
-        elif kind == "cancel":
-            host.cancelled.add(message[1])
-        else:
-            work.put(message)
 
 
 def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list) -> None:
@@ -246,8 +327,6 @@ def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> No
     tune_allocator()  # outputs are built in fresh buffers too
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True, name="parent-watch").start()
     host = WorkerHost(connection, spec, parent_pid)
-    work: queue.SimpleQueue = queue.SimpleQueue()
-    threading.Thread(target=_read, args=(host, work), daemon=True, name="reader").start()
     runner = ModelRunner(spec, host)
     try:
         runner.load()
@@ -256,7 +335,7 @@ def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> No
         return
     host.send_message(("ready", None))
     while True:
-        message = work.get()
+        message = host.next_work()
         if message[0] == "execute":
             _execute(runner, host, message[1], message[2])
         elif message[0] == "finalize":
