@@ -58,7 +58,7 @@ def first_load_alone(handler: type[ModelHandler]) -> Iterator[None]:
 
     Two frameworks initialising at once in one process can deadlock: TensorFlow's import held Python's import lock
     while OpenVINO's pybind11 sat in a C++ once-flag initialising its numpy API, each waiting for the other (seen
-    loading a repository of every backend on two cores, one start in five). A framework initialised once is safe.
+    loading a repository of every backend on two cores, one start in sixteen). A framework initialised once is safe.
     """
     if not handler.in_process_framework or handler in _FIRST_LOADS_DONE:
         yield

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import os
 import select
 import threading
@@ -22,8 +21,6 @@ from handlers.python.template import worker_context
 from handlers.python.transport import Arena, PeerMemory, TensorRef
 from handlers.python.worker import auto_complete_main, worker_main
 from runtime.errors import ModelLoadError
-
-logger = logging.getLogger(__name__)
 
 RETURN_BATCH = 64
 
@@ -184,12 +181,17 @@ class WorkerLink:
     def _on_loop(self, call: Any, *arguments: Any) -> None:
         """Run ``call`` on the loop, waiting for it from another thread (a loop that has stopped: not at all)."""
         loop = self._loop
+        if loop.is_closed():
+            return
         try:
             if asyncio.get_running_loop() is loop:
                 call(*arguments)
                 return
         except RuntimeError:
             pass  # not on a loop's thread
+        if not loop.is_running():  # stopped: nothing else touches it now
+            call(*arguments)
+            return
         done: Future = Future()
 
         def run() -> None:
