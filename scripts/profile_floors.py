@@ -85,7 +85,9 @@ def cpu_by_thread(pid: int) -> dict[str, float]:
 
 
 def profile(label: str, protocol: str, command: list[str], port: int, url_path: str, body: tuple[Path, list[str]],
-            stats_url: str | None = None, ready_port: int | None = None) -> None:
+            stats_url: str | None = None, ready_port: int | None = None, only: str = "") -> None:
+    if only not in label:
+        return
     log = tempfile.TemporaryFile()
     server = subprocess.Popen(["taskset", "-c", "0", *command], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -115,7 +117,9 @@ def profile(label: str, protocol: str, command: list[str], port: int, url_path: 
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="profile only the rows whose label contains this text")
+    only = parser.parse_args().only
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="profile-floors-") as workdir:
         folder = Path(workdir)
@@ -123,10 +127,10 @@ def main() -> None:
         infer = "/inference.GRPCInferenceService/ModelInfer"
         port = free_port()
         profile("grpc.aio echo (floor)", "grpc", [python, "scripts/benchmark.py", "--echo-server", str(port)],
-                port, infer, request_files(folder)["grpc"])
+                port, infer, request_files(folder)["grpc"], only=only)
         port = free_port()
         profile("granian ASGI echo (floor)", "http", [python, __file__, "--http-echo", str(port)], port,
-                "/v2/models/add_sub_batch/infer", request_files(folder)["http"])
+                "/v2/models/add_sub_batch/infer", request_files(folder)["http"], only=only)
         for protocol in ("grpc", "http"):
             for model in ("add_sub_onnx", "add_sub_batch"):
                 http, grpc = free_port(), free_port()
@@ -136,7 +140,7 @@ def main() -> None:
                 profile(f"ours, {protocol} {model}", protocol, command, grpc if protocol == "grpc" else http,
                         infer if protocol == "grpc" else f"/v2/models/{model}/infer",
                         request_files(folder, model)[protocol],
-                        stats_url=f"http://127.0.0.1:{http}/v2/models/{model}/stats", ready_port=http)
+                        stats_url=f"http://127.0.0.1:{http}/v2/models/{model}/stats", ready_port=http, only=only)
 
 
 if __name__ == "__main__":
