@@ -8,7 +8,7 @@ import time
 import pytest
 
 from runtime.errors import Unavailable
-from runtime.http.sending import UnsentBytes
+from runtime.http.sending import CHUNK_BYTES, UnsentBytes, send_answer
 
 
 def test_the_bound_refuses_a_new_answer_when_no_sender_is_stalled():
@@ -24,3 +24,36 @@ def test_the_bound_refuses_a_new_answer_when_no_sender_is_stalled():
         assert unsent.in_use == 50
 
     asyncio.run(scenario())
+
+
+def _sent(body: bytes, unsent: UnsentBytes) -> list[dict]:
+    messages: list[dict] = []
+
+    async def send(message: dict) -> None:
+        messages.append(message)
+
+    asyncio.run(send_answer(send, 200, [(b"content-type", b"application/json")], body, unsent))
+    return messages
+
+
+def test_a_small_answer_goes_in_one_body_message_with_its_length():
+    start, body = _sent(b'{"a":1}', UnsentBytes())
+    assert start == {"type": "http.response.start", "status": 200,
+                     "headers": [(b"content-length", b"7"), (b"content-type", b"application/json")]}
+    assert body == {"type": "http.response.body", "body": b'{"a":1}'}
+
+
+def test_a_large_answer_goes_in_chunks_and_is_released():
+    unsent = UnsentBytes()
+    payload = bytes(range(256)) * (3 * CHUNK_BYTES // 256 + 10)
+    start, *chunks = _sent(payload, unsent)
+    assert dict(start["headers"])[b"content-length"] == str(len(payload)).encode()
+    assert [len(c["body"]) for c in chunks] == [CHUNK_BYTES] * 3 + [len(payload) - 3 * CHUNK_BYTES]
+    assert [c["more_body"] for c in chunks] == [True, True, True, False]
+    assert b"".join(c["body"] for c in chunks) == payload and unsent.in_use == 0
+
+
+def test_a_large_answer_past_the_bound_is_a_503():
+    start, body = _sent(b"x" * (CHUNK_BYTES + 1), UnsentBytes(limit=CHUNK_BYTES))
+    assert start["status"] == 503
+    assert body["body"].startswith(b'{"error":"0 bytes of answers are waiting')

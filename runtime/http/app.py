@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
-from collections.abc import Awaitable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -19,60 +15,33 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
-from runtime.errors import Cancelled, InvalidArgument, ServingError, Status, Unauthenticated, Unsupported
+from runtime.errors import InvalidArgument, ServingError, Unauthenticated, Unsupported
 from runtime.http.body import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_JSON_BUDGET_BYTES,
     DEFAULT_MAX_BODY_BYTES,
-    BodyTimeout,
     ByteBudget,
-    assemble_body,
-    compress,
     read_body,
-    receive_body,
 )
-from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response, parse_json
+from runtime.http.codec import parse_json
 from runtime.http.generate import GenerateEndpoints
 from runtime.http.infer_route import InferRoute
-from runtime.http.sending import ChunkedResponse, UnsentBytes
+from runtime.http.sending import UnsentBytes
+from runtime.http.status import error_status
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
-HTTP_STATUS = {
-    Status.INVALID_ARG: 400,
-    Status.NOT_FOUND: 404,
-    Status.UNAVAILABLE: 503,
-    Status.UNSUPPORTED: 501,
-    Status.INTERNAL: 500,
-    Status.UNAUTHENTICATED: 401,
-    Status.RESOURCE_EXHAUSTED: 413,
-    Status.ALREADY_EXISTS: 400,  # as Triton 2.51's HTTP endpoint answers it
-    Status.DEADLINE_EXCEEDED: 504,
-    Status.CANCELLED: 499,
-}
-# Large bodies are joined, inflated, decoded and encoded off the event loop, on one thread: that work
-# holds the GIL anyway, and one holder at a time keeps the loop's (health probes') waits short.
-_OFFLOAD_BYTES = 1 << 20
-_LARGE_BODIES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-body")
 
 
 def error_response(error: ServingError) -> JSONResponse:
-    status = 408 if isinstance(error, BodyTimeout) else HTTP_STATUS.get(error.status, 500)
-    return JSONResponse({"error": error.message}, status_code=status)
+    return JSONResponse({"error": error.message}, status_code=error_status(error))
 
 
 class V2Endpoints:
     """Route handlers; each one parses, calls the core, and encodes."""
 
-    def __init__(self, service: InferenceService, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 body_timeout: float = DEFAULT_BODY_TIMEOUT, json_budget: int = DEFAULT_JSON_BUDGET_BYTES,
-                 unsent: UnsentBytes | None = None) -> None:
+    def __init__(self, service: InferenceService, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
         self.service = service
-        self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
-        self.json_budget = ByteBudget(json_budget)
-        self.unsent = unsent or UnsentBytes()
 
     @staticmethod
     def _model(request: Request) -> tuple[str, str]:
@@ -166,83 +135,9 @@ class V2Endpoints:
         await self.service.unload_model(request.path_params["model_name"], parameters)
         return Response(status_code=200)
 
-    async def infer(self, request: Request) -> Response:
-        name, version = self._model(request)
-        if self.service.is_decoupled(name, version):  # answered before the body is read
-            raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
-        header_length = request.headers.get(HEADER_LENGTH)
-        declared = _declared_json_bytes(request, header_length)
-        encoding = request.headers.get("content-encoding", "identity")
-        with self.json_budget.reserve(declared if declared > _OFFLOAD_BYTES else 0):
-            chunks = await receive_body(request, self.max_body_bytes, self.body_timeout)
-            size = sum(len(chunk) for chunk in chunks)
-            undeclared = size if not declared and header_length is None and size > _OFFLOAD_BYTES else 0
-            with self.json_budget.reserve(undeclared):  # a chunked upload: budget what arrived
-                work = (_decode, chunks or [b""], encoding, self.max_body_bytes, header_length, name, version)
-                if size > _OFFLOAD_BYTES:
-                    infer_request, binary_default = await _off_loop(*work)
-                else:
-                    infer_request, binary_default = work[0](*work[1:])
-        response = await _unless_disconnected(request, self.service.infer(infer_request))
-        accept_encoding = request.headers.get("accept-encoding", "")
-        if sum(t.data.nbytes for t in response.outputs if t.data is not None) > _OFFLOAD_BYTES:
-            payload, headers, media_type = await _off_loop(_encode, response, binary_default, accept_encoding)
-        else:
-            payload, headers, media_type = _encode(response, binary_default, accept_encoding)
-        return ChunkedResponse(payload, self.unsent, headers=headers, media_type=media_type)
-
-
-def _decode(chunks: list[bytes], encoding: str, limit: int, header_length: str | None, name: str,
-            version: str) -> tuple:
-    return decode_infer_request(assemble_body(chunks, encoding, limit), header_length, name, version)
-
-
-async def _off_loop(function, *args):
-    return await asyncio.get_running_loop().run_in_executor(_LARGE_BODIES, function, *args)
-
-
-def _declared_json_bytes(request: Request, header_length: str | None) -> int:
-    """The JSON part's size as the request declares it, never more than its Content-Length
-    (0 when unknown or malformed: such requests are refused later, or budgeted once read)."""
-    content = _number(request.headers.get("content-length"))
-    return content if header_length is None else min(_number(header_length), content)
-
-
-def _number(text: str | None) -> int:
-    text = (text or "").strip()
-    return int(text) if text.isascii() and text.isdigit() else 0
-
-
-def _encode(response, binary_default: bool, accept_encoding: str) -> tuple[bytes, dict[str, str], str]:
-    """Body, headers and media type of an infer response."""
-    payload, json_length = encode_infer_response(response, binary_default)
-    headers = {}
-    if json_length is not None:
-        headers[HEADER_LENGTH] = str(json_length)
-    payload, encoding = compress(payload, accept_encoding)
-    if encoding:
-        headers["Content-Encoding"] = encoding
-    return payload, headers, "application/octet-stream" if json_length is not None else "application/json"
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``, cancelling it (so a queued request never runs) if the client disconnects."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request))
-    watcher.add_done_callback(lambda _: task.cancel())  # a no-op once the work is done
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if watcher.done() and not watcher.cancelled():  # the client left, not the server cancelling us
-            raise Cancelled("the client disconnected") from None
-        raise
-    finally:
-        watcher.cancel()
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+    async def infer_other_methods(self, request: Request) -> Response:
+        """Never called: InferRoute serves every POST to an infer path; the route answers other methods 405."""
+        raise Unsupported("inference takes POST")  # pragma: no cover
 
 
 async def _serving_error(request: Request, exc: Exception) -> Response:
@@ -295,7 +190,7 @@ def create_http_app(
     """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
     (``InferRoute``) and, given ``auth``, every request checked before either.  ``unsent``: the process's bound
     on answers being sent to clients (send timeout, bytes)."""
-    endpoints = V2Endpoints(service, max_body_bytes, body_timeout, json_budget, unsent)
+    endpoints = V2Endpoints(service, body_timeout)
     generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
     versioned = model + "/versions/{model_version:int}"  # Triton's routes take only numbers
@@ -327,7 +222,7 @@ def create_http_app(
             Route(prefix, endpoints.model_metadata, methods=["GET"]),
             Route(prefix + "/ready", endpoints.model_ready, methods=["GET"]),
             Route(prefix + "/config", endpoints.model_config, methods=["GET"]),
-            Route(prefix + "/infer", endpoints.infer, methods=["POST"]),
+            Route(prefix + "/infer", endpoints.infer_other_methods, methods=["POST"]),
             Route(prefix + "/stats", endpoints.model_statistics, methods=["GET"]),
             Route(prefix + "/generate", generate.generate, methods=["POST"]),
             Route(prefix + "/generate_stream", generate.generate_stream, methods=["POST"]),
@@ -335,7 +230,7 @@ def create_http_app(
     exception_handlers = {ServingError: _serving_error, HTTPException: _http_error, Exception: _unexpected_error}
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect
-    served = InferRoute(app, endpoints.infer, exception_handlers)
+    served = InferRoute(app, service, max_body_bytes, body_timeout, ByteBudget(json_budget), unsent or UnsentBytes())
     return TokenAuthMiddleware(served, auth, exempt_health) if auth else served
 
 

@@ -8,8 +8,9 @@ import zlib
 from collections.abc import Iterator
 
 from starlette.requests import Request
+from starlette.types import Receive
 
-from runtime.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable, Unsupported
+from runtime.errors import Cancelled, DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable, Unsupported
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 120.0
@@ -18,6 +19,8 @@ DEFAULT_JSON_BUDGET_BYTES = 256 * 1024 * 1024
 
 class BodyTimeout(DeadlineExceeded):
     """The client did not send its whole request body in time (HTTP 408)."""
+
+
 _WBITS_BY_ENCODING = {"gzip": 31, "deflate": 15}
 
 
@@ -25,29 +28,43 @@ def _too_large(limit: int) -> ResourceExhausted:
     return ResourceExhausted(f"request body is larger than the limit of {limit} bytes")
 
 
-async def receive_body(
-    request: Request, limit: int = DEFAULT_MAX_BODY_BYTES, timeout: float = DEFAULT_BODY_TIMEOUT
+async def receive_asgi_body(
+    receive: Receive, content_length: str | None, limit: int = DEFAULT_MAX_BODY_BYTES,
+    timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> list[bytes]:
-    """The request body's chunks as received, refused before buffering when it would exceed ``limit``
-    bytes, and refused (BodyTimeout) when it has not fully arrived within ``timeout`` seconds."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
+    """The request body's chunks as received from ``receive``, refused before buffering when its Content-Length
+    (or what arrives) exceeds ``limit`` bytes, refused (BodyTimeout) when it has not fully arrived within
+    ``timeout`` seconds, and Cancelled if the client disconnects first."""
+    if content_length is not None:
+        if not content_length.isdigit():
             raise InvalidArgument("Content-Length must be a non-negative integer")
-        if int(declared) > limit:
+        if int(content_length) > limit:
             raise _too_large(limit)
     chunks: list[bytes] = []
     total = 0
     try:
         async with asyncio.timeout(timeout):
-            async for chunk in request.stream():
-                total += len(chunk)
-                if total > limit:
-                    raise _too_large(limit)
-                chunks.append(chunk)
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise Cancelled("the client disconnected before sending its whole request")
+                chunk = message.get("body", b"")
+                if chunk:
+                    total += len(chunk)
+                    if total > limit:
+                        raise _too_large(limit)
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return chunks
     except TimeoutError:
         raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
-    return chunks
+
+
+async def receive_body(
+    request: Request, limit: int = DEFAULT_MAX_BODY_BYTES, timeout: float = DEFAULT_BODY_TIMEOUT
+) -> list[bytes]:
+    """A Starlette request's body chunks, as :func:`receive_asgi_body` takes them."""
+    return await receive_asgi_body(request.receive, request.headers.get("content-length"), limit, timeout)
 
 
 def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:

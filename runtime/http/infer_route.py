@@ -1,35 +1,57 @@
-"""``POST /v2/models/{name}[/versions/{n}]/infer``, dispatched in front of the Starlette application.
+"""``POST /v2/models/{name}[/versions/{n}]/infer`` on bare ASGI messages, in front of the Starlette application.
 
-Inference is the one route every request takes. Starlette's router (a regular expression per route, tried in
-order), its middleware layers and per-request wrappers cost about a fifth of a small request's CPU, so this
-ASGI app matches the infer path with one expression and calls the endpoint itself, with the application's own
-exception handlers. Everything else (other methods on that path included) goes to the application unchanged.
+Inference is the one route every request takes, so it is served without Starlette: one regular expression
+instead of the router's list, the four headers it reads picked out of the scope's list, the body taken from
+``receive`` and the answer given to ``send`` as messages, and one task to watch for the client leaving (a queued
+request whose client is gone never runs).  Starlette's router, middleware, Request and Response objects cost
+about a fifth of a small request's CPU.  Every other request (other methods on this path included) goes to the
+application unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-# The same paths as the routes "/v2/models/{model_name}/infer" and ".../versions/{model_version:int}/infer".
-INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
+from runtime.core import InferenceService
+from runtime.errors import Cancelled, ServingError, Unsupported
+from runtime.http.body import ByteBudget, assemble_body, compress, receive_asgi_body
+from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
+from runtime.http.sending import UnsentBytes, send_answer
+from runtime.http.status import error_body, error_status
 
-Endpoint = Callable[[Request], Awaitable[Response]]
-ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Large bodies are joined, inflated, decoded and encoded off the event loop, on one thread: that work
+# holds the GIL anyway, and one holder at a time keeps the loop's (health probes') waits short.
+_OFFLOAD_BYTES = 1 << 20
+_LARGE_BODIES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-body")
+# The same paths as the application's routes "/v2/models/{model_name}/infer" and
+# ".../versions/{model_version:int}/infer".
+INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
+_HEADER_LENGTH = HEADER_LENGTH.lower().encode()
+_READ_HEADERS = (b"content-length", b"content-encoding", b"accept-encoding", _HEADER_LENGTH)
+_JSON = b"application/json"
 
 
 class InferRoute:
-    """Serves infer requests with ``endpoint``; passes every other request to ``app``."""
+    """Serves infer requests from ``service``; passes every other request to ``app``."""
 
-    def __init__(self, app: ASGIApp, endpoint: Endpoint,
-                 exception_handlers: Mapping[type[Exception], ExceptionHandler]) -> None:
+    def __init__(self, app: ASGIApp, service: InferenceService, max_body_bytes: int, body_timeout: float,
+                 json_budget: ByteBudget, unsent: UnsentBytes) -> None:
         self.app = app
-        self.endpoint = endpoint
-        self.exception_handlers = exception_handlers  # tried in order: most specific first, Exception last
+        self.service = service
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
+        self.json_budget = json_budget
+        self.unsent = unsent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = INFER_PATH.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -37,17 +59,102 @@ class InferRoute:
             await self.app(scope, receive, send)
             return
         name, version = match.groups()
-        scope["path_params"] = {"model_name": name} if version is None else {"model_name": name,
-                                                                               "model_version": int(version)}
-        request = Request(scope, receive, send)
         try:
-            response = await self.endpoint(request)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes the application's error answer
-            response = await self._handler(exc)(request, exc)
-        await response(scope, receive, send)
+            status, headers, body = await self._infer(scope, receive, name, str(int(version)) if version else "")
+        except ServingError as exc:
+            status, headers, body = error_status(exc), [(b"content-type", _JSON)], error_body(exc.message)
+        except Exception:  # noqa: BLE001 - every failure becomes an answer
+            logger.exception("unexpected error serving POST %s", scope["path"])
+            status, headers, body = 500, [(b"content-type", _JSON)], error_body("internal server error")
+        await send_answer(send, status, headers, body, self.unsent)
 
-    def _handler(self, exc: Exception) -> ExceptionHandler:
-        for kind, handler in self.exception_handlers.items():
-            if isinstance(exc, kind):
-                return handler
-        raise exc
+    async def _infer(self, scope: Scope, receive: Receive, name: str,
+                     version: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        if self.service.is_decoupled(name, version):  # answered before the body is read
+            raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
+        content_length, encoding, accept_encoding, header_length = _read_headers(scope)
+        declared = _declared_json_bytes(content_length, header_length)
+        with self.json_budget.reserve(declared if declared > _OFFLOAD_BYTES else 0):
+            chunks = await receive_asgi_body(receive, content_length, self.max_body_bytes, self.body_timeout)
+            size = sum(len(chunk) for chunk in chunks)
+            undeclared = size if not declared and header_length is None and size > _OFFLOAD_BYTES else 0
+            with self.json_budget.reserve(undeclared):  # a chunked upload: budget what arrived
+                work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version)
+                if size > _OFFLOAD_BYTES:
+                    request, binary_default = await _off_loop(_decode, *work)
+                else:
+                    request, binary_default = _decode(*work)
+        response = await unless_disconnected(receive, self.service.infer(request))
+        if sum(t.data.nbytes for t in response.outputs if t.data is not None) > _OFFLOAD_BYTES:
+            return await _off_loop(_encode, response, binary_default, accept_encoding or "")
+        return _encode(response, binary_default, accept_encoding or "")
+
+
+def _read_headers(scope: Scope) -> list[str | None]:
+    """Content-Length, Content-Encoding, Accept-Encoding and the JSON header's length (the first of each)."""
+    found: list[str | None] = [None] * len(_READ_HEADERS)
+    for key, value in scope["headers"]:
+        if key in _READ_HEADERS:
+            index = _READ_HEADERS.index(key)
+            if found[index] is None:
+                found[index] = value.decode("latin-1")
+    return found
+
+
+def _decode(chunks: list[bytes], encoding: str, limit: int, header_length: str | None, name: str,
+            version: str) -> tuple:
+    return decode_infer_request(assemble_body(chunks, encoding, limit), header_length, name, version)
+
+
+async def _off_loop(function, *args):
+    return await asyncio.get_running_loop().run_in_executor(_LARGE_BODIES, function, *args)
+
+
+def _declared_json_bytes(content_length: str | None, header_length: str | None) -> int:
+    """The JSON part's size as the request declares it, never more than its Content-Length
+    (0 when unknown or malformed: such requests are refused later, or budgeted once read)."""
+    content = _number(content_length)
+    return content if header_length is None else min(_number(header_length), content)
+
+
+def _number(text: str | None) -> int:
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else 0
+
+
+def _encode(response, binary_default: bool, accept_encoding: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Status, headers and body of an infer answer."""
+    payload, json_length = encode_infer_response(response, binary_default)
+    headers = [(b"content-type", b"application/octet-stream" if json_length is not None else _JSON)]
+    if json_length is not None:
+        headers.append((_HEADER_LENGTH, str(json_length).encode()))
+    payload, encoding = compress(payload, accept_encoding)
+    if encoding:
+        headers.append((b"content-encoding", encoding.encode()))
+    return 200, headers, payload
+
+
+async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
+    """Await ``work`` in this task, cancelled (so a queued request never runs) if the client disconnects meanwhile:
+    Cancelled then, and a server cancelling this task still gets CancelledError."""
+    task = asyncio.current_task()
+    assert task is not None
+    left = False
+
+    async def watch() -> None:
+        nonlocal left
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        left = True
+        task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if left:
+            task.uncancel()
+            raise Cancelled("the client disconnected") from None
+        raise
+    finally:
+        watcher.cancel()

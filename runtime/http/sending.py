@@ -20,10 +20,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Send
 
 from runtime.errors import Unavailable
+from runtime.http.status import error_body
 
 logger = logging.getLogger(__name__)
 
@@ -75,51 +75,50 @@ class UnsentBytes:
             self.in_use -= sending.size
 
 
-class ChunkedResponse(Response):
-    """A response body sent in chunks within ``budget``'s send timeout and byte bound (see the module)."""
+async def send_answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+                      budget: UnsentBytes) -> None:
+    """Send an answer as ASGI messages (``headers`` lower-case, Content-Length added); a body over ``CHUNK_BYTES``
+    in chunks within ``budget``'s send timeout and byte bound (see the module)."""
+    headers = [(b"content-length", str(len(body)).encode()), *headers]
+    if len(body) <= CHUNK_BYTES:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    try:
+        sending = budget.admit(len(body))
+    except Unavailable as exc:  # nothing sent yet: the answer is a 503 instead
+        refusal = error_body(exc.message)
+        await send({"type": "http.response.start", "status": 503,
+                    "headers": [(b"content-length", str(len(refusal)).encode()),
+                                (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": refusal})
+        return
+    cut = asyncio.ensure_future(sending.cut.wait())
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        for start in range(0, len(body), CHUNK_BYTES):
+            last = start + CHUNK_BYTES >= len(body)
+            # bytes, not a memoryview: granian takes bytes as they are, other buffers element by element
+            message = {"type": "http.response.body", "body": body[start:start + CHUNK_BYTES], "more_body": not last}
+            if not await _send_chunk(send, message, sending, cut, budget.send_timeout):
+                return  # returning before the last chunk makes granian close the connection
+    finally:
+        cut.cancel()
+        budget.release(sending)
 
-    def __init__(self, content: bytes, budget: UnsentBytes, headers: dict[str, str] | None = None,
-                 media_type: str | None = None) -> None:
-        super().__init__(content, headers=headers, media_type=media_type)
-        self.budget = budget
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = self.body
-        if len(body) <= CHUNK_BYTES:
-            await super().__call__(scope, receive, send)
-            return
-        try:
-            sending = self.budget.admit(len(body))
-        except Unavailable as exc:  # nothing sent yet: the answer is a 503 instead
-            await JSONResponse({"error": exc.message}, status_code=503)(scope, receive, send)
-            return
-        cut = asyncio.ensure_future(sending.cut.wait())
-        try:
-            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            for start in range(0, len(body), CHUNK_BYTES):
-                last = start + CHUNK_BYTES >= len(body)
-                # bytes, not a memoryview: granian takes bytes as they are, other buffers element by element
-                message = {"type": "http.response.body", "body": body[start:start + CHUNK_BYTES],
-                           "more_body": not last}
-                if not await self._send_chunk(send, message, sending, cut):
-                    return  # returning before the last chunk makes granian close the connection
-        finally:
-            cut.cancel()
-            self.budget.release(sending)
-
-    async def _send_chunk(self, send: Send, message: dict, sending: _Sending, cut: asyncio.Future) -> bool:
-        """Send one chunk; False when the client took nothing for the send timeout, or was cut off."""
-        sending.waiting_since = time.monotonic()
-        chunk = asyncio.ensure_future(send(message))
-        done, _ = await asyncio.wait({chunk, cut}, timeout=self.budget.send_timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        sending.waiting_since = 0.0
-        if chunk in done:
-            chunk.result()
-            return True
-        chunk.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await chunk
-        why = "to make room for other answers" if cut in done else f"after {self.budget.send_timeout:g}s"
-        logger.warning("a client that stopped reading its %d-byte answer was cut off %s", sending.size, why)
-        return False
+async def _send_chunk(send: Send, message: dict, sending: _Sending, cut: asyncio.Future, timeout: float) -> bool:
+    """Send one chunk; False when the client took nothing for ``timeout`` seconds, or was cut off."""
+    sending.waiting_since = time.monotonic()
+    chunk = asyncio.ensure_future(send(message))
+    done, _ = await asyncio.wait({chunk, cut}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    sending.waiting_since = 0.0
+    if chunk in done:
+        chunk.result()
+        return True
+    chunk.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await chunk
+    why = "to make room for other answers" if cut in done else f"after {timeout:g}s"
+    logger.warning("a client that stopped reading its %d-byte answer was cut off %s", sending.size, why)
+    return False
