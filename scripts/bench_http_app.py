@@ -5,9 +5,10 @@
 
 Drives ``create_http_app`` with ASGI messages (tritonclient's binary add_sub request, the answer discarded) on
 uvloop, ``--concurrency`` requests at a time, and prints this process's CPU per request: the adapter, the core and
-the model, without granian's share (nor a Python model's worker process).  Run it pinned (``taskset -c 0``) and alternate trees to compare two versions
-of the code: over a real listener the same change hides in ±20% of noise on this VM, here it shows within a few
-percent.  Python-backend models need ``--model add_sub_batch`` and start their worker as the server does.
+the model, without granian's share (nor a Python model's worker process).  Run it pinned (``taskset -c 0``) and
+alternate trees to compare two versions of the code: over a real listener the same change hides in ±20% of noise
+on this VM, here it shows within a few percent.  Python-backend models (``--model add_sub_batch``) start their
+worker as the server does.
 """
 
 from __future__ import annotations
