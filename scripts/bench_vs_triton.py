@@ -2,7 +2,10 @@
 
 Each server (real Triton 2.51 from the nvidia-pytriton wheel, prepared by scripts/triton_oracle.sh, then
 ours) runs alone, its whole process tree pinned to CPU 0; the closed-loop tritonclient load generator runs on
-CPU 1 (on a one-CPU machine nothing is pinned).  Printed as ours / Triton ratios, from one run.
+CPU 1 (on a one-CPU machine nothing is pinned), as ``../shared/bench-vs-triton/load.py`` drives it: gRPC with
+tritonclient.grpc.aio, HTTP with the synchronous tritonclient.http in threads, one client each, inputs and outputs
+as binary data (tritonclient.http.aio takes ~30 ms per 600 KB answer and asks for gzip: with it the client, and
+compression, are what an HTTP run measures).  Printed as ours / Triton ratios, from one run.
 
 - ``add_sub_batch``: a tiny model with dynamic batching: the per-request overhead.
 - ``identity_big``: 600 KB in and out per request: the data path (copies, IPC).
@@ -134,6 +137,8 @@ ADD_SUB_ONNX_CONFIG = ADD_SUB_CONFIG.replace('name: "add_sub_batch"\nbackend: "p
                                             'name: "add_sub_onnx"\nplatform: "onnxruntime_onnx"')
 SHAPES = {"add_sub_batch": [("INPUT0", [1, 4]), ("INPUT1", [1, 4])], "identity_big": [("INPUT0", [1, 150528])],
           "resnet50_pt": [("INPUT__0", [1, 3, 224, 224])], "add_sub_onnx": [("INPUT0", [1, 4]), ("INPUT1", [1, 4])]}
+OUTPUTS = {"add_sub_batch": ["OUTPUT0", "OUTPUT1"], "identity_big": ["OUTPUT0"], "resnet50_pt": ["OUTPUT__0"],
+           "add_sub_onnx": ["OUTPUT0", "OUTPUT1"]}
 MODELS = tuple(SHAPES)
 OURS_ONLY = {"add_sub_onnx": "add_sub_batch"}  # a model Triton's wheel cannot serve -> the Triton row it is held to
 LATENCY_TARGET_MS = 0.1  # ours - Triton, p50 at concurrency 1
@@ -257,24 +262,22 @@ def wait_ready(process: subprocess.Popen, http_port: int, timeout: float = 180.0
 
 
 LOAD = '''
-import asyncio, json, os, sys, time
+import asyncio, json, sys, threading, time
 import numpy as np
-protocol, url, model, concurrency, total, shapes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \\
-    int(sys.argv[5]), json.loads(sys.argv[6])
-if protocol == "http":
-    import tritonclient.http.aio as client_module
-else:
-    import tritonclient.grpc.aio as client_module
+protocol, url, model, concurrency, total, shapes, outputs = sys.argv[1], sys.argv[2], sys.argv[3], \\
+    int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6]), json.loads(sys.argv[7])
+rng = np.random.default_rng(0)
+arrays = [(name, shape, rng.random(shape, dtype=np.float32)) for name, shape in shapes]
 
 
-async def main():
-    client = client_module.InferenceServerClient(url, conn_limit=concurrency) if protocol == "http" \\
-        else client_module.InferenceServerClient(url)
-    rng = np.random.default_rng(0)
+async def grpc_run():
+    import tritonclient.grpc.aio as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
     inputs = []
-    for name, shape in shapes:
-        tensor = client_module.InferInput(name, shape, "FP32")
-        tensor.set_data_from_numpy(rng.random(shape, dtype=np.float32))
+    for name, shape, array in arrays:
+        tensor = grpcclient.InferInput(name, shape, "FP32")
+        tensor.set_data_from_numpy(array)
         inputs.append(tensor)
     for _ in range(20):
         await client.infer(model, inputs)
@@ -295,19 +298,68 @@ async def main():
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - began
     await client.close()
-    latencies.sort()
-    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
-    print(json.dumps({"rps": len(latencies) / elapsed, "errors": errors, "p50_ms": 1000 * p50, "p99_ms": 1000 * p99}))
+    return latencies, errors, elapsed
 
 
-asyncio.run(main())
+def http_run():
+    import tritonclient.http as httpclient
+
+    def client_and_request():
+        client = httpclient.InferenceServerClient(url, network_timeout=120.0)
+        inputs = []
+        for name, shape, array in arrays:
+            tensor = httpclient.InferInput(name, shape, "FP32")
+            tensor.set_data_from_numpy(array, binary_data=True)
+            inputs.append(tensor)
+        return client, inputs, [httpclient.InferRequestedOutput(name, binary_data=True) for name in outputs]
+
+    warm, inputs, requested = client_and_request()
+    for _ in range(20):
+        warm.infer(model, inputs, outputs=requested)
+    warm.close()
+    latencies, errors, left, lock = [], [0], [total], threading.Lock()
+    start_line = threading.Barrier(concurrency + 1)
+
+    def worker():
+        client, inputs, requested = client_and_request()
+        start_line.wait()
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    break
+                left[0] -= 1
+            start = time.perf_counter()
+            try:
+                client.infer(model, inputs, outputs=requested)
+                took = time.perf_counter() - start
+                with lock:
+                    latencies.append(took)
+            except Exception:
+                with lock:
+                    errors[0] += 1
+        client.close()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    start_line.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join(600)
+    return latencies, errors[0], time.perf_counter() - began
+
+
+latencies, errors, elapsed = http_run() if protocol == "http" else asyncio.run(grpc_run())
+latencies.sort()
+p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+print(json.dumps({"rps": len(latencies) / elapsed, "errors": errors, "p50_ms": 1000 * p50, "p99_ms": 1000 * p99}))
 '''
 
 
 def load(protocol: str, port: int, model: str, concurrency: int, requests: int) -> dict:
     """The closed-loop client in a process of its own, pinned to CPU 1."""
     command = [*pinned(1), sys.executable, "-c", LOAD, protocol, f"127.0.0.1:{port}", model, str(concurrency),
-               str(requests), json.dumps(SHAPES[model])]
+               str(requests), json.dumps(SHAPES[model]), json.dumps(OUTPUTS[model])]
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
 
 
