@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from handlers.python.on_loop import ON_LOOP_INPUT_BYTES
+from handlers.python.batch import ON_LOOP_INPUT_BYTES
 from tests.support import ServerProcess, python_model_source, write_model
 
 DOUBLE = python_model_source("""
