@@ -375,7 +375,9 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
     rows: list[dict] = []
     try:
         for server in [server for _ in range(rounds) for server in servers]:
-            repository = build_repository(workdir / f"repo-{server}", server)
+            repository = workdir / f"repo-{server}"
+            if not repository.exists():
+                build_repository(repository, server)
             start = start_triton if server == "triton" else start_ours
             process, http_port, grpc_port = start(repository, workdir)
             try:
