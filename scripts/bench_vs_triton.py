@@ -191,7 +191,7 @@ def start_triton(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int
            "PATH": f"{home / 'venv' / 'bin'}:{os.environ.get('PATH', '')}"}
     server = home / "tritonserver"
     cwd = workdir / "triton-cwd"  # no triton_python_backend_utils.py here: the stub would import it first
-    cwd.mkdir()
+    cwd.mkdir(exist_ok=True)
     command = [*pinned(0), str(server / "bin" / "tritonserver"), f"--model-repository={repository}",
                f"--backend-directory={server / 'backends'}", f"--cache-directory={server / 'caches'}",
                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
