@@ -13,7 +13,10 @@ compression, are what an HTTP run measures).  Printed as ours / Triton ratios, f
 - ``add_sub_onnx`` (ours only): add_sub_batch as an ONNX model with the same dynamic batching. The wheel's
   Triton has only the Python backend, so its row is against Triton's ``add_sub_batch``.
 
-Besides the ratios it prints the concurrency-1 p50 latency of ours minus Triton's, against a 0.1 ms target.
+Besides the ratios it prints the concurrency-1 p50 latency of ours minus Triton's, against a 0.1 ms target, and
+the gRPC stack's own floor measured in the same run: ``scripts/benchmark.py``'s grpc.aio echo server (ModelInfer
+answered with its inputs, no model, no checks) under the same load for add_sub_batch and identity_big, pinned like
+the servers, beside Triton's rate and CPU per request.
 
 Each point is the better of two rounds (``--rounds``), the servers taking turns, as in ../shared/bench-vs-triton.
 
@@ -142,6 +145,7 @@ SHAPES = {"add_sub_batch": [("INPUT0", [1, 4]), ("INPUT1", [1, 4])], "identity_b
 OUTPUTS = {"add_sub_batch": ["OUTPUT0", "OUTPUT1"], "identity_big": ["OUTPUT0"], "resnet50_pt": ["OUTPUT__0"],
            "add_sub_onnx": ["OUTPUT0", "OUTPUT1"]}
 MODELS = tuple(SHAPES)
+FLOOR_MODELS = ("add_sub_batch", "identity_big")  # their echo is their answer's shape: the floor of the same exchange
 OURS_ONLY = {"add_sub_onnx": "add_sub_batch"}  # a model Triton's wheel cannot serve -> the Triton row it is held to
 LATENCY_TARGET_MS = 0.1  # ours - Triton, p50 at concurrency 1
 
@@ -207,6 +211,29 @@ def start_ours(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int, 
                "--metrics-port", str(metrics), "--device", "cpu"]
     log = open(workdir / "ours.log", "wb")  # noqa: SIM115
     return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log), http, grpc_port
+
+
+def start_grpc_floor() -> tuple[subprocess.Popen, None, int]:
+    """The gRPC stack's own cost, pinned like the servers: ``scripts/benchmark.py``'s grpc.aio echo server, which
+    answers ModelInfer with its inputs (no model, no checks), started and answering ServerLive."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    port = free_port()
+    process = subprocess.Popen([*pinned(0), sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--echo-server",
+                                str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        while True:
+            try:
+                stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=1)
+                return process, None, port
+            except grpc.RpcError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    stop_tree(process)
+                    raise TimeoutError("the grpc.aio echo server did not start") from None
+                time.sleep(0.1)
 
 
 def stop_tree(process: subprocess.Popen) -> None:
@@ -375,17 +402,24 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
     rows: list[dict] = []
     try:
         for server in [server for _ in range(rounds) for server in servers]:
-            repository = workdir / f"repo-{server}"
-            if not repository.exists():
-                build_repository(repository, server)
-            start = start_triton if server == "triton" else start_ours
-            process, http_port, grpc_port = start(repository, workdir)
+            if server == "floor":
+                process, http_port, grpc_port = start_grpc_floor()
+            else:
+                repository = workdir / f"repo-{server}"
+                if not repository.exists():
+                    build_repository(repository, server)
+                start = start_triton if server == "triton" else start_ours
+                process, http_port, grpc_port = start(repository, workdir)
             try:
-                wait_ready(process, http_port)
+                if server != "floor":
+                    wait_ready(process, http_port)
                 for protocol in protocols:
+                    if server == "floor" and protocol != "grpc":
+                        continue
                     port = grpc_port if protocol == "grpc" else http_port
                     for model in MODELS:
-                        if server == "triton" and model in OURS_ONLY:
+                        if (server == "triton" and model in OURS_ONLY) or (server == "floor"
+                                                                          and model not in FLOOR_MODELS):
                             continue
                         count = requests if model.startswith("add_sub") else requests // 3
                         for c in concurrency:
@@ -450,7 +484,14 @@ def targets(table: list[dict]) -> list[tuple[str, float, str, float, bool]]:
     return out
 
 
-def print_ratios(table: list[dict]) -> None:
+def floor_rows(rows: list[dict]) -> list[dict]:
+    """The echo floor's points beside Triton's (rate ratio, CPU per request)."""
+    triton = {(r["protocol"], r["model"], r["c"]): r for r in rows if r["server"] == "triton"}
+    return [{**row, "ratio": row["rps"] / theirs["rps"], "triton_cpu_us": theirs["cpu_us"]} for row in rows
+            if row["server"] == "floor" and (theirs := triton.get((row["protocol"], row["model"], row["c"])))]
+
+
+def print_ratios(table: list[dict], floors: list[dict] = ()) -> None:
     print("\nours / Triton (requests per second, same run; with its target), and Triton's server CPU per request /"
           " ours (the same measure of efficiency, less moved by a busy machine)")
     for row in table:
@@ -461,6 +502,10 @@ def print_ratios(table: list[dict]) -> None:
               f"({row['ours_cpu_us']:.0f} vs {row['triton_cpu_us']:.0f} us)")
     if any(row["model"] in OURS_ONLY for row in table):
         print("  (add_sub_onnx: our ONNX add_sub against Triton's Python add_sub_batch; the wheel has no ONNX backend)")
+    for floor in floors:
+        print(f"  grpc {floor['model']:13} c={floor['c']:<3} the gRPC stack's floor (grpc.aio echo, no model): "
+              f"{floor['rps']:.0f} req/s = {floor['ratio']:.2f}x Triton, {floor['cpu_us']:.0f} us of CPU per "
+              f"request (Triton's whole server {floor['triton_cpu_us']:.0f})")
     for what, value, relation, goal, met in targets(table):
         if relation == "<=":  # the throughput targets are in the lines above
             print(f"  {what}: {value:+.2f} (target {relation} {goal:.1f}: {'met' if met else 'NOT met'})")
@@ -471,12 +516,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
-    parser.add_argument("--servers", nargs="+", default=["triton", "ours"], choices=["triton", "ours"])
+    parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor"],
+                        choices=["triton", "ours", "floor"], help="floor: the grpc.aio echo server (gRPC only)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per server, taking turns; the better counts")
     args = parser.parse_args()
     rows = side_by_side(args.requests, tuple(args.concurrency), tuple(args.protocols), tuple(args.servers),
                         args.rounds)
-    print_ratios(ratios(rows))
+    print_ratios(ratios(rows), floor_rows(rows))
 
 
 if __name__ == "__main__":
