@@ -218,23 +218,32 @@ def start_ours(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int, 
 def start_grpc_floor() -> tuple[subprocess.Popen, None, int]:
     """The gRPC stack's own cost, pinned like the servers: ``scripts/benchmark.py``'s grpc.aio echo server, which
     answers ModelInfer with its inputs (no model, no checks), started and answering ServerLive."""
-    import grpc
-    from tritonclient.grpc import service_pb2, service_pb2_grpc
-
     port = free_port()
     process = subprocess.Popen([*pinned(0), sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--echo-server",
                                 str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
+    try:
+        wait_grpc_live(port, process)
+    except TimeoutError:
+        stop_tree(process)
+        raise
+    return process, None, port
+
+
+def wait_grpc_live(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait until a gRPC server answers ServerLive; TimeoutError if it has not by ``timeout`` or has exited."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    deadline = time.monotonic() + timeout
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         while True:
             try:
                 stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=1)
-                return process, None, port
+                return
             except grpc.RpcError:
                 if time.monotonic() > deadline or process.poll() is not None:
-                    stop_tree(process)
-                    raise TimeoutError("the grpc.aio echo server did not start") from None
+                    raise TimeoutError(f"the gRPC server on port {port} did not start") from None
                 time.sleep(0.1)
 
 

@@ -63,7 +63,7 @@ from examples.build_models import build_dense_onnx, save_onnx  # noqa: E402
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench_frontends import available as frontends_available  # noqa: E402
 from bench_frontends import print_scaling, scaling  # noqa: E402
-from bench_vs_triton import pinned, print_ratios, ratios, side_by_side  # noqa: E402
+from bench_vs_triton import pinned, print_ratios, ratios, side_by_side, wait_grpc_live  # noqa: E402
 from bench_vs_triton import targets as triton_targets  # noqa: E402
 
 SERVER_CPU = 0  # every server, and bare onnxruntime; the load generator gets the rest
@@ -385,20 +385,7 @@ class EchoServer:
         self.grpc_port = free_port()
         self.process = subprocess.Popen([*pinned(SERVER_CPU), sys.executable, __file__, "--echo-server",
                                          str(self.grpc_port)], cwd=ROOT)
-        import grpc
-        from tritonclient.grpc import service_pb2, service_pb2_grpc
-
-        deadline = time.monotonic() + 30
-        with grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}") as channel:
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            while True:
-                try:
-                    stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=1)
-                    return
-                except grpc.RpcError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("echo server did not start") from None
-                    time.sleep(0.1)
+        wait_grpc_live(self.grpc_port, self.process, timeout=30)
 
     def stop(self) -> None:
         self.process.terminate()

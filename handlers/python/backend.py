@@ -153,13 +153,7 @@ class PythonBackendHandler(ModelHandler):
         key = self.in_flight.key_of(request)
         if key is None:
             return
-        worker = self.supervisor.worker
-        if worker is not None:
-            try:
-                worker.send(("cancel", key))
-            except OSError:
-                pass
-        elif self._runner is not None:
+        if not self.supervisor.send_cancel(key) and self._runner is not None:
             self.in_flight.cancelled.add(key)
 
     def _execute_in_process(self, requests: list[InferRequest], started: int) -> list[RequestResult]:

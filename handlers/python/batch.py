@@ -78,21 +78,13 @@ class WorkerBatch:
                 worker.arena.free(request_refs)
             self.unsent = Unavailable(f"{supervisor.label}: {exc}")
             return
-        in_flight.track(self.keys, requests, self.refs, worker.arena, self._cancel)
+        in_flight.track(self.keys, requests, self.refs, worker.arena, supervisor.send_cancel)
         self.prepared = time.perf_counter_ns()
         timing.input_ns += self.prepared - self.started
         try:
             self.future = worker.execute(messages)
         except WorkerGone as exc:
             self.gone = str(exc)
-
-    def _cancel(self, key: Any) -> None:
-        worker = self.supervisor.worker
-        if worker is not None:
-            try:
-                worker.send(("cancel", key))
-            except OSError:
-                pass
 
     # -- settled on the loop -----------------------------------------------------------------------------------------
     async def results(self) -> list[RequestResult]:

@@ -109,6 +109,17 @@ class WorkerSupervisor:
         finally:
             self._lock.release()
 
+    def send_cancel(self, key: object) -> bool:
+        """Tell the worker that the request under ``key`` was cancelled; False if there is no worker to tell."""
+        worker = self._worker
+        if worker is None:
+            return False
+        try:
+            worker.send(("cancel", key))
+        except OSError:
+            pass  # the worker is going away: its requests end with it
+        return True
+
     def worker_pid(self) -> int | None:
         worker = self._worker
         return worker.process.pid if worker is not None else None
