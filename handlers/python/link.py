@@ -219,7 +219,7 @@ class WorkerLink:
         except (EOFError, OSError):
             self._loop.remove_reader(self._fd)
             # describing the exit waits for the process: not on the loop
-            self._loop.run_in_executor(None, lambda: self._lost(f"worker process {self.exit_description()}"))
+            self._loop.run_in_executor(None, self._process_lost)
 
     def _read(self) -> None:
         connection = self.connection
@@ -227,14 +227,18 @@ class WorkerLink:
             try:
                 message = connection.recv()
             except (EOFError, OSError):
-                self._lost(f"worker process {self.exit_description()}")
+                self._process_lost()
                 return
             kind = message[0]
             try:
                 self._route(kind, message)
             except (EOFError, OSError):
-                self._lost(f"worker process {self.exit_description()}")
+                self._process_lost()
                 return
+
+    def _process_lost(self) -> None:
+        """The connection ended: the process is gone (describing how waits for it: never on the loop)."""
+        self._lost(f"worker process {self.exit_description()}")
 
     def _route(self, kind: str, message: tuple) -> None:
         if kind == "segment":

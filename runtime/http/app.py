@@ -27,13 +27,13 @@ from runtime.http.codec import parse_json
 from runtime.http.generate import GenerateEndpoints
 from runtime.http.infer_route import InferRoute
 from runtime.http.sending import UnsentBytes
-from runtime.http.status import error_status
+from runtime.http.status import error_body, error_status
 
 logger = logging.getLogger(__name__)
 
 
-def error_response(error: ServingError) -> JSONResponse:
-    return JSONResponse({"error": error.message}, status_code=error_status(error))
+def error_response(error: ServingError) -> Response:
+    return Response(error_body(error.message), status_code=error_status(error), media_type="application/json")
 
 
 class V2Endpoints:

@@ -86,12 +86,8 @@ async def send_answer(send: Send, status: int, headers: list[tuple[bytes, bytes]
         return
     try:
         sending = budget.admit(len(body))
-    except Unavailable as exc:  # nothing sent yet: the answer is a 503 instead
-        refusal = error_body(exc.message)
-        await send({"type": "http.response.start", "status": 503,
-                    "headers": [(b"content-length", str(len(refusal)).encode()),
-                                (b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": refusal})
+    except Unavailable as exc:  # nothing sent yet: the answer is a 503 instead (small: sent whole)
+        await send_answer(send, 503, [(b"content-type", b"application/json")], error_body(exc.message), budget)
         return
     cut = asyncio.ensure_future(sending.cut.wait())
     try:
