@@ -15,6 +15,7 @@ from runtime.cache import ResponseCache, through_cache
 from runtime.classification import classify, requested_count
 from runtime.config import ModelSpec
 from runtime.control import ModelControl
+from runtime.cuda_shared_memory import CudaSharedMemoryRegistry
 from runtime.custom_metrics import CustomMetrics
 from runtime.datatypes import datatype_of
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unsupported
@@ -31,8 +32,8 @@ logger = logging.getLogger(__name__)
 SERVER_NAME = "triton"  # what Triton answers: tools and Triton's own examples check it
 # The extensions this server serves, in Triton's order and spelling.
 EXTENSIONS = ("classification", "sequence", "model_repository", "model_repository(unload_dependents)",
-              "schedule_policy", "model_configuration", "system_shared_memory", "binary_tensor_data", "parameters",
-              "statistics", "logging")
+              "schedule_policy", "model_configuration", "system_shared_memory", "cuda_shared_memory",
+              "binary_tensor_data", "parameters", "statistics", "logging")
 
 
 class InferenceService:
@@ -58,6 +59,7 @@ class InferenceService:
         self.custom_metrics = CustomMetrics()
         self.log = ServerLog()  # the logging extension
         self.shared_memory = SharedMemoryRegistry()  # system shared-memory regions clients registered
+        self.cuda_shared_memory = CudaSharedMemoryRegistry()
         manager.retire_hooks.append(self._forget_custom_metrics)
         self.cache = cache  # the response cache (None: off)
         if cache is not None:
@@ -146,9 +148,14 @@ class InferenceService:
     def system_shared_memory_status(self, name: str = "") -> list[dict]:
         return self.shared_memory.status(name)
 
-    def cuda_shared_memory(self) -> None:
-        """CUDA shared memory (register, unregister, status): not on this server."""
-        raise Unsupported("CUDA shared memory is not supported by this server")
+    def register_cuda_shared_memory(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        self.cuda_shared_memory.register(name, raw_handle, device_id, byte_size)
+
+    def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        self.cuda_shared_memory.unregister(name)
+
+    def cuda_shared_memory_status(self, name: str = "") -> list[dict]:
+        return self.cuda_shared_memory.status(name)
 
     # -- logging and tracing ---------------------------------------------------------
     def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 CALLABLE = frozenset({
     "live", "ready", "server_metadata", "model_ready", "require_model", "model_metadata", "model_config",
     "model_statistics", "repository_index", "register_system_shared_memory", "unregister_system_shared_memory",
-    "system_shared_memory_status", "cuda_shared_memory", "log_settings", "trace_settings", "load_model",
+    "system_shared_memory_status", "register_cuda_shared_memory", "unregister_cuda_shared_memory",
+    "cuda_shared_memory_status", "log_settings", "trace_settings", "load_model",
     "unload_model", "is_decoupled",
 })
 

@@ -160,8 +160,14 @@ class RemoteService:
     def system_shared_memory_status(self, name: str = "") -> list[dict]:
         return self._blocking("system_shared_memory_status", name)
 
-    def cuda_shared_memory(self) -> None:
-        self._blocking("cuda_shared_memory")
+    def register_cuda_shared_memory(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        self._blocking("register_cuda_shared_memory", name, raw_handle, device_id, byte_size)
+
+    def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        self._blocking("unregister_cuda_shared_memory", name)
+
+    def cuda_shared_memory_status(self, name: str = "") -> list[dict]:
+        return self._blocking("cuda_shared_memory_status", name)
 
     def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
         return self._blocking("log_settings", changes)

@@ -307,15 +307,22 @@ class InferenceServicer:
 
     @_unary
     async def CudaSharedMemoryRegister(self, request, context):
-        self.service.cuda_shared_memory()
+        self.service.register_cuda_shared_memory(request.name, request.raw_handle, request.device_id,
+                                                 request.byte_size)
+        return service_pb2.CudaSharedMemoryRegisterResponse()
 
     @_unary
     async def CudaSharedMemoryUnregister(self, request, context):
-        self.service.cuda_shared_memory()
+        self.service.unregister_cuda_shared_memory(request.name)
+        return service_pb2.CudaSharedMemoryUnregisterResponse()
 
     @_unary
     async def CudaSharedMemoryStatus(self, request, context):
-        self.service.cuda_shared_memory()
+        response = service_pb2.CudaSharedMemoryStatusResponse()
+        for region in self.service.cuda_shared_memory_status(request.name):
+            response.regions[region["name"]].CopyFrom(
+                service_pb2.CudaSharedMemoryStatusResponse.RegionStatus(**region))
+        return response
 
     @_unary
     async def TraceSetting(self, request, context):

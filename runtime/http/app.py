@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
+from runtime.cuda_shared_memory import decode_ipc_handle
 from runtime.errors import InvalidArgument, ServingError, Unauthenticated, Unsupported
 from runtime.http.body import (
     DEFAULT_BODY_TIMEOUT,
@@ -34,6 +35,16 @@ logger = logging.getLogger(__name__)
 
 def error_response(error: ServingError) -> Response:
     return Response(error_body(error.message), status_code=error_status(error), media_type="application/json")
+
+
+def _unsigned_member(body: dict, key: str) -> int:
+    """A registration's unsigned integer member, refused in Triton's words (Triton answers these 500; we 400)."""
+    if key not in body:
+        raise InvalidArgument(f"attempt to access non-existing object member '{key}'")
+    value = body[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidArgument("attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return value
 
 
 class V2Endpoints:
@@ -108,9 +119,25 @@ class V2Endpoints:
     async def system_shared_memory_status(self, request: Request) -> Response:
         return JSONResponse(self.service.system_shared_memory_status(request.path_params.get("region", "")))
 
-    async def cuda_shared_memory(self, request: Request) -> Response:
-        self.service.cuda_shared_memory()
-        return Response(status_code=200)  # pragma: no cover - it always raises
+    async def register_cuda_shared_memory(self, request: Request) -> Response:
+        body = parse_json(await read_body(request, 1 << 16, self.body_timeout))
+        if not isinstance(body, dict):
+            raise InvalidArgument("a CUDA shared memory registration must be a JSON object with 'raw_handle', "
+                                  "'device_id' and 'byte_size'")
+        if "raw_handle" not in body:
+            raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
+        handle = body["raw_handle"]
+        raw = decode_ipc_handle(handle.get("b64") if isinstance(handle, dict) else None)
+        device_id, byte_size = (_unsigned_member(body, key) for key in ("device_id", "byte_size"))
+        self.service.register_cuda_shared_memory(request.path_params["region"], raw, device_id, byte_size)
+        return Response(status_code=200)
+
+    async def unregister_cuda_shared_memory(self, request: Request) -> Response:
+        self.service.unregister_cuda_shared_memory(request.path_params.get("region", ""))
+        return Response(status_code=200)
+
+    async def cuda_shared_memory_status(self, request: Request) -> Response:
+        return JSONResponse(self.service.cuda_shared_memory_status(request.path_params.get("region", "")))
 
     async def trace_setting(self, request: Request) -> Response:
         return JSONResponse(self.service.trace_settings())
@@ -209,9 +236,13 @@ def create_http_app(
               methods=["POST"]),
         Route("/v2/systemsharedmemory/region/{region}/unregister", endpoints.unregister_system_shared_memory,
               methods=["POST"]),
-        Route("/v2/cudasharedmemory/status", endpoints.cuda_shared_memory, methods=["GET"]),
-        Route("/v2/cudasharedmemory/unregister", endpoints.cuda_shared_memory, methods=["POST"]),
-        Route("/v2/cudasharedmemory/region/{region}/{action}", endpoints.cuda_shared_memory, methods=["GET", "POST"]),
+        Route("/v2/cudasharedmemory/status", endpoints.cuda_shared_memory_status, methods=["GET"]),
+        Route("/v2/cudasharedmemory/unregister", endpoints.unregister_cuda_shared_memory, methods=["POST"]),
+        Route("/v2/cudasharedmemory/region/{region}/status", endpoints.cuda_shared_memory_status, methods=["GET"]),
+        Route("/v2/cudasharedmemory/region/{region}/register", endpoints.register_cuda_shared_memory,
+              methods=["POST"]),
+        Route("/v2/cudasharedmemory/region/{region}/unregister", endpoints.unregister_cuda_shared_memory,
+              methods=["POST"]),
         Route("/v2/trace/setting", endpoints.trace_setting, methods=["GET", "POST"]),
         Route("/v2/models/{model_name}/trace/setting", endpoints.trace_setting, methods=["GET", "POST"]),
         Route("/v2/repository/models/{model_name}/load", endpoints.load_model, methods=["POST"]),

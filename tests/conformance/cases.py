@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import struct
@@ -80,6 +81,13 @@ SHM_INPUT_KEY, SHM_OUTPUT_KEY = "/serverless_triton_conformance_in", "/serverles
 def shm_register(case: str, region: str, key: str, byte_size: int, offset: int = 0) -> HttpCase:
     return HttpCase(case, "POST", f"/v2/systemsharedmemory/region/{region}/register",
                     {"key": key, "offset": offset, "byte_size": byte_size})
+
+
+IPC_HANDLE = base64.b64encode(bytes(64)).decode()  # a cudaIpcMemHandle_t's size, all zeros
+
+
+def cuda_register(b64: str) -> dict:
+    return {"raw_handle": {"b64": b64}, "device_id": 0, "byte_size": 16}
 
 
 def shm_input(name: str, region: str, offset: int, byte_size: int = 16) -> dict:
@@ -387,7 +395,21 @@ HTTP_CASES: list[HttpCase] = [
     HttpCase("http-logging-restore", "POST", "/v2/logging", {"log_verbose_level": 0, "log_format": "default"}),
     HttpCase("http-trace-setting", "GET", "/v2/trace/setting"),
     HttpCase("http-system-shared-memory-status", "GET", "/v2/systemsharedmemory/status"),
+    # -- CUDA shared memory, as Triton built with CUDA answers on a host without a GPU -----------------------
     HttpCase("http-cuda-shared-memory-status", "GET", "/v2/cudasharedmemory/status"),
+    HttpCase("http-cuda-status-unknown", "GET", "/v2/cudasharedmemory/region/x/status"),
+    HttpCase("http-cuda-unregister-all", "POST", "/v2/cudasharedmemory/unregister"),
+    HttpCase("http-cuda-unregister-unknown", "POST", "/v2/cudasharedmemory/region/x/unregister"),
+    HttpCase("http-cuda-unregister-get", "GET", "/v2/cudasharedmemory/unregister"),
+    HttpCase("http-cuda-register", "POST", "/v2/cudasharedmemory/region/x/register", cuda_register(IPC_HANDLE)),
+    HttpCase("http-cuda-register-not-base64", "POST", "/v2/cudasharedmemory/region/x/register", cuda_register("!!")),
+    HttpCase("http-cuda-register-short-handle", "POST", "/v2/cudasharedmemory/region/x/register",
+             cuda_register("AAAA")),
+    HttpCase("http-cuda-register-no-handle", "POST", "/v2/cudasharedmemory/region/x/register", {}),
+    HttpCase("http-cuda-register-not-an-object", "POST", "/v2/cudasharedmemory/region/x/register",
+             {"raw_handle": "abc", "device_id": 0, "byte_size": 16}),
+    HttpCase("http-cuda-register-no-device", "POST", "/v2/cudasharedmemory/region/x/register",
+             {"raw_handle": {"b64": IPC_HANDLE}, "byte_size": 16}),
 ]
 
 
@@ -659,4 +681,12 @@ GRPC_CASES: list[GrpcCase] = [
              service_pb2.SystemSharedMemoryStatusRequest()),
     GrpcCase("grpc-cuda-shared-memory-status", "CudaSharedMemoryStatus",
              service_pb2.CudaSharedMemoryStatusRequest()),
+    GrpcCase("grpc-cuda-status-unknown", "CudaSharedMemoryStatus", service_pb2.CudaSharedMemoryStatusRequest(name="x")),
+    GrpcCase("grpc-cuda-unregister-all", "CudaSharedMemoryUnregister", service_pb2.CudaSharedMemoryUnregisterRequest()),
+    GrpcCase("grpc-cuda-unregister-unknown", "CudaSharedMemoryUnregister",
+             service_pb2.CudaSharedMemoryUnregisterRequest(name="x")),
+    GrpcCase("grpc-cuda-register", "CudaSharedMemoryRegister", service_pb2.CudaSharedMemoryRegisterRequest(
+        name="x", raw_handle=bytes(64), device_id=0, byte_size=16)),
+    GrpcCase("grpc-cuda-register-empty-handle", "CudaSharedMemoryRegister",
+             service_pb2.CudaSharedMemoryRegisterRequest(name="x", byte_size=16)),
 ]

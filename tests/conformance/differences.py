@@ -67,15 +67,13 @@ DIFFERENCES: dict[str, str] = {
                                      "name; we decode %-escapes first, so such a path never reaches a model lookup "
                                      "(404 'Not Found' from the router)"),
     # -- not built yet -------------------------------------------------------------------------------------------
-    "http-server-metadata": "the extensions list names what we serve: CUDA shared memory and trace are not built",
+    "http-server-metadata": "the extensions list names what we serve: trace is not built",
     "grpc-server-metadata": "same as http-server-metadata",
     "http-trace-setting": ("tracing is not built (OpenTelemetry export would come with it): trace settings answer "
                            "501 / UNIMPLEMENTED 'trace is not supported by this server'"),
     "grpc-trace-setting": "same as http-trace-setting",
-    "http-cuda-shared-memory-status": ("CUDA shared memory needs a GPU path this server does not have yet: the "
-                                       "calls answer 501 / UNIMPLEMENTED, where Triton built with CUDA lists no "
-                                       "regions on a host without a GPU"),
-    "grpc-cuda-shared-memory-status": "same as http-cuda-shared-memory-status",
+    "http-cuda-register-not-an-object": TRITON_500,
+    "http-cuda-register-no-device": TRITON_500,
 }
 
 # Differences in how every answer is compared, not tied to one case.
