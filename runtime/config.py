@@ -288,15 +288,15 @@ def parse_model_config(text: str, folder_name: str, gpu_count: int = 0) -> Model
     return spec_from_config(read_model_config(text, folder_name), folder_name, gpu_count)
 
 
-def parse_model_config_json(text: str, folder_name: str, gpu_count: int = 0) -> ModelSpec:
-    """A config given as JSON (Triton's load ``config`` parameter, which replaces config.pbtxt)."""
+def read_model_config_json(text: str, folder_name: str) -> ModelConfig:
+    """A config given as JSON (Triton's load ``config`` parameter, which replaces config.pbtxt), as written."""
     config = ModelConfig()
     try:
         json_format.Parse(text, config)
     except json_format.ParseError as exc:
         raise ModelLoadError(f"model '{folder_name}': the 'config' parameter is not a valid model config: "
                              f"{str(exc)[:512]}") from None
-    return spec_from_config(config, folder_name, gpu_count)
+    return config
 
 
 def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) -> ModelSpec:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from handlers.base import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, ServerServices
-from runtime.config import ENSEMBLE, ModelSpec, parse_model_config_json
+from runtime.config import ENSEMBLE, ModelSpec
 from runtime.ensemble import EnsembleVersion, check_composing_models
 from runtime.ensemble_config import composing_models, load_order
 from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
@@ -173,10 +173,7 @@ class ModelManager:
         try:
             if external and not self.repository.model_dir(name).exists():
                 raise ModelLoadError(external)
-            if config_override is not None:
-                spec = parse_model_config_json(config_override, name, self.repository.gpu_count)
-            else:
-                spec = await asyncio.to_thread(self.repository.read_spec, name)
+            spec = await asyncio.to_thread(self.repository.read_spec, name, config_override)
             versions = self.repository.select_versions(spec)
             if spec.is_ensemble:
                 spec = check_composing_models(spec, self._loaded_spec)

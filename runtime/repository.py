@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.config import ModelSpec, read_model_config, spec_from_config
+from runtime.config import ModelSpec, read_model_config, read_model_config_json, spec_from_config
 from runtime.errors import ModelLoadError
 from runtime.protocol.model_config_pb2 import ModelConfig
 
@@ -76,11 +76,15 @@ class ModelRepository:
     def model_dir(self, name: str) -> Path:
         return self.root / name
 
-    def read_spec(self, name: str) -> ModelSpec:
-        """Parse the model's config.pbtxt, completed by the completer (if any); ModelLoadError with the reason
-        on failure.  With a completer, a Python or ONNX model (``<N>/model.py``, ``<N>/model.onnx``) may come
-        without a config, as in Triton."""
-        config = self.raw_config(name)
+    def read_spec(self, name: str, config_override: str | None = None) -> ModelSpec:
+        """Parse the model's config.pbtxt (or ``config_override``, a JSON config a load request gives in its
+        place), completed by the completer (if any), as Triton completes either; ModelLoadError with the reason on
+        failure.  With a completer, a Python or ONNX model (``<N>/model.py``, ``<N>/model.onnx``) may come without
+        a config, as in Triton."""
+        if config_override is not None:
+            config = read_model_config_json(config_override, name)
+        else:
+            config = self.raw_config(name)
         self._detect_backend(config, name)
         if self.completer is not None:
             config = self.completer(config, self.model_dir(name))
