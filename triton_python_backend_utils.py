@@ -145,7 +145,7 @@ class TritonError:
     CANCELLED = 7
 
     def __init__(self, message: str, code: int = INTERNAL) -> None:
-        self._message = message
+        self._message = _text(message)
         self._code = code
 
     def message(self) -> str:
@@ -160,6 +160,18 @@ class TritonError:
 
 class TritonModelException(Exception):
     """Raised by a model (or by these utilities) to fail the current request(s)."""
+
+
+def _text(value: Any) -> Any:
+    """A string argument as Triton's pybind11 API takes it: bytes (a BYTES tensor's element, say) read as UTF-8."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return value
+
+
+def _text_map(values: dict | None) -> dict | None:
+    """A mapping of strings (parameters, metric labels) with bytes keys and values read as text."""
+    return None if values is None else {_text(key): _text(value) for key, value in values.items()}
 
 
 # -- tensors ----------------------------------------------------------------------------------------------
@@ -183,8 +195,8 @@ class Tensor:
 
     def __init__(self, name: str, data: np.ndarray, dtype: Any = None) -> None:
         if not isinstance(data, np.ndarray):
-            raise TritonModelException(f"Tensor '{name}' data must be a numpy array")
-        self._name = name
+            raise TritonModelException(f"Tensor '{_text(name)}' data must be a numpy array")
+        self._name = _text(name)
         self._data: np.ndarray | None = _readable(data)
         self._device_tensor: Any = None
 
@@ -234,7 +246,7 @@ class Tensor:
             tensor = _torch_from_dlpack(capsule)
             if tensor is not None and tensor.device.type != "cpu":
                 result = Tensor.__new__(Tensor)
-                result._name, result._data, result._device_tensor = name, None, tensor.contiguous()
+                result._name, result._data, result._device_tensor = _text(name), None, tensor.contiguous()
                 return result
             if tensor is not None:
                 return Tensor(name, tensor.numpy())
@@ -268,12 +280,13 @@ def _torch_from_dlpack(capsule: Any) -> Any:
 
 
 # -- requests and responses ----------------------------------------------------------------------------
-def _parameters_text(parameters: dict[str, Any] | str | None) -> str:
-    if isinstance(parameters, str):
-        return parameters
+def _parameters_text(parameters: dict[str, Any] | str | bytes | None) -> str:
+    if isinstance(parameters, (str, bytes, bytearray)):
+        return _text(parameters)
     if not parameters:
         return "{}"
-    for key, value in (parameters or {}).items():
+    parameters = _text_map(parameters)
+    for key, value in parameters.items():
         if not isinstance(key, str) or not isinstance(value, (bool, int, str)):
             raise TritonModelException("request parameters must map strings to bool, int or str values")
     return json.dumps(parameters or {})
@@ -348,12 +361,12 @@ class InferenceRequest:
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
         self._inputs = list(inputs)
-        self._request_id = request_id
-        self._requested_output_names = list(requested_output_names)
+        self._request_id = _text(request_id)
+        self._requested_output_names = [_text(name) for name in requested_output_names]
         self._parameters = _parameters_text(parameters)
-        self._model_name = model_name
+        self._model_name = _text(model_name)
         self._model_version = model_version
-        self._correlation_id = correlation_id
+        self._correlation_id = _text(correlation_id)
         self._flags = flags
         self._timeout = timeout
         self._preferred_memory = preferred_memory or PreferredMemory()
@@ -435,6 +448,7 @@ def _infer_on(host: Host, request: InferenceRequest, decoupled: bool) -> Any:
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    name = _text(name)
     for tensor in inference_request.inputs():
         if tensor.name() == name:
             return tensor
@@ -442,6 +456,7 @@ def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> 
 
 
 def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    name = _text(name)
     for tensor in inference_response.output_tensors():
         if tensor.name() == name:
             return tensor
@@ -449,6 +464,7 @@ def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) 
 
 
 def get_input_config_by_name(model_config: dict, name: str) -> dict | None:
+    name = _text(name)
     for properties in model_config.get("input", []):
         if properties["name"] == name:
             return properties
@@ -456,6 +472,7 @@ def get_input_config_by_name(model_config: dict, name: str) -> dict | None:
 
 
 def get_output_config_by_name(model_config: dict, name: str) -> dict | None:
+    name = _text(name)
     for properties in model_config.get("output", []):
         if properties["name"] == name:
             return properties
@@ -469,15 +486,15 @@ def using_decoupled_model_transaction_policy(model_config: dict) -> bool:
 # -- model loading API ---------------------------------------------------------------------------------------
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
     """Load (or reload) a model of the repository; explicit model control mode only, as in Triton."""
-    _host().control("load", model_name, config, files)
+    _host().control("load", _text(model_name), _text(config), files)
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    _host().control("unload", model_name, unload_dependents)
+    _host().control("unload", _text(model_name), unload_dependents)
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    return bool(_host().control("ready", model_name, str(model_version)))
+    return bool(_host().control("ready", _text(model_name), str(_text(model_version))))
 
 
 # -- logging ------------------------------------------------------------------------------------------------------
@@ -488,7 +505,7 @@ class Logger:
 
     @staticmethod
     def log(message: str, level: str = "INFO") -> None:
-        _host().log(level, str(message))
+        _host().log(_text(level), str(_text(message)))
 
     @staticmethod
     def log_info(message: str) -> None:
@@ -514,6 +531,7 @@ class MetricFamily:
     COUNTER, GAUGE, HISTOGRAM = "COUNTER", "GAUGE", "HISTOGRAM"
 
     def __init__(self, name: str, description: str, kind: str) -> None:
+        name, description, kind = _text(name), _text(description), _text(kind)
         if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
             raise TritonModelException("MetricFamily kind must be COUNTER, GAUGE or HISTOGRAM")
         self.name, self.description, self.kind = name, description, kind
@@ -529,7 +547,7 @@ class Metric:
     def __init__(self, family: MetricFamily, labels: dict[str, str], buckets: list[float] | None = None) -> None:
         if family.kind == MetricFamily.HISTOGRAM and not buckets:
             raise TritonModelException("a histogram metric needs buckets")
-        self.family, self.labels = family, labels
+        self.family, self.labels = family, _text_map(labels)
         _host().metric("series", family.name, labels, buckets)
 
     def increment(self, value: float) -> None:

@@ -62,13 +62,18 @@ class TritonPythonModel:
             return _answer(pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy(),
                            pb_utils.get_output_tensor_by_name(response, "ERROR").as_numpy()[0].decode())
         timeout = 200_000 if target == "slow" else 0
-        inputs = [pb_utils.Tensor("INPUT0", a.reshape(1, 4)), pb_utils.Tensor("INPUT1", np.ones([1, 4], np.float32))]
+        # As python_backend's examples/bls/sync_model.py: names given as bytes (the BYTES tensor's element itself),
+        # which Triton's pybind11 API reads as text.
+        inputs = [pb_utils.Tensor(b"INPUT0", a.reshape(1, 4)), pb_utils.Tensor("INPUT1", np.ones([1, 4], np.float32))]
         if target == "slow":
             inputs = [pb_utils.Tensor("IN", a)]
-        response = pb_utils.InferenceRequest(model_name=target, requested_output_names=["OUTPUT0"] if target != "slow"
-                                             else ["OUT"], inputs=inputs, timeout=timeout).exec()
+        model_name = pb_utils.get_input_tensor_by_name(request, b"TARGET").as_numpy()[0]
+        response = pb_utils.InferenceRequest(model_name=model_name, requested_output_names=[b"OUTPUT0"]
+                                             if target != "slow" else ["OUT"], inputs=inputs, timeout=timeout).exec()
         if response.has_error():
             return _answer(error=f"{response.error().code()}|{response.error().message()}")
+        if target != "slow":
+            return _answer(pb_utils.get_output_tensor_by_name(response, b"OUTPUT0").as_numpy().reshape(-1))
         return _answer(response.output_tensors()[0].as_numpy().reshape(-1))
 '''
 

@@ -117,7 +117,7 @@ def test_bls_to_an_unknown_model_is_an_error_response(http):
     assert out.size == 0
     code, message = error.split("|", 1)
     assert int(code) == 1  # pb_utils.TritonError.INTERNAL, as Triton's BLS reports it
-    assert "no_such_model" in message
+    assert "'no_such_model'" in message  # the name sent as bytes, read as text
 
 
 def test_bls_is_bounded_by_its_timeout(http):
