@@ -57,9 +57,8 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
-TRITONSERVER_MEMORY_CPU = 0
-TRITONSERVER_MEMORY_CPU_PINNED = 1
-TRITONSERVER_MEMORY_GPU = 2
+TRITONSERVER_MEMORY_CPU = 1  # Triton's MemoryType values
+TRITONSERVER_MEMORY_GPU = 0
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
 
@@ -114,14 +113,16 @@ class Host(Protocol):
 
 _hosts = threading.local()
 _default_host: Host | None = None
+_default_model_dir = ""
 
 
-def _install_host(host: Host, thread_only: bool = False) -> None:
-    """Used by the runner: the host of this process (or, for in-process models, of this thread)."""
-    global _default_host
-    _hosts.current = host
+def _install_host(host: Host, thread_only: bool = False, model_dir: str = "") -> None:
+    """Used by the runner: the host of this process (or, for in-process models, of this thread), and the folder
+    of the model version it runs (``get_model_dir``)."""
+    global _default_host, _default_model_dir
+    _hosts.current, _hosts.model_dir = host, model_dir
     if not thread_only or _default_host is None:
-        _default_host = host
+        _default_host, _default_model_dir = host, model_dir
 
 
 def _host() -> Host:
@@ -129,6 +130,11 @@ def _host() -> Host:
     if host is None:
         raise TritonModelException("this call needs a running model: it is not available here")
     return host
+
+
+def get_model_dir() -> str:
+    """The folder of the model version this model runs from (``<repository>/<model>/<version>``), as in Triton."""
+    return getattr(_hosts, "model_dir", None) or _default_model_dir
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -569,6 +575,25 @@ class Metric:
 
     def value(self) -> float:
         return _host().metric("value", self.family.name, self.labels)
+
+
+# -- the module's listing -----------------------------------------------------------------------------------------
+# What ``dir(triton_python_backend_utils)`` shows in Triton 2.51 (checked against it): its public API and the three
+# modules it imports, none of the helpers and typing names this implementation needs.
+_TRITON_LISTING = (
+    "InferenceRequest", "InferenceResponse", "Logger", "MetricFamily", "ModelConfig", "PreferredMemory",
+    "TRITONSERVER_MEMORY_CPU", "TRITONSERVER_MEMORY_GPU", "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START", "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE", "TRITONSERVER_RESPONSE_COMPLETE_FINAL", "TRITON_STRING_TO_NUMPY",
+    "Tensor", "TritonError", "TritonModelException", "deserialize_bytes_tensor", "get_input_config_by_name",
+    "get_input_tensor_by_name", "get_model_dir", "get_output_config_by_name", "get_output_tensor_by_name",
+    "is_model_ready", "json", "load_model", "np", "numpy_to_triton_type", "serialize_byte_tensor", "struct",
+    "triton_string_to_numpy", "triton_to_numpy_type", "unload_model", "using_decoupled_model_transaction_policy",
+)
+
+
+def __dir__() -> list[str]:
+    return sorted(_TRITON_LISTING)
 
 
 # -- auto_complete_config -----------------------------------------------------------------------------------------

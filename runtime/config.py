@@ -374,29 +374,31 @@ _INT64_TYPES = {
 }
 
 
-def _numbers_for_int64(value: object, descriptor) -> object:
-    """Walk json_format output and turn int64 strings back into numbers, as Triton prints them."""
+def _as_triton_prints(value: object, descriptor) -> object:
+    """json_format's output as Triton prints a config: int64 fields as numbers, and each message's fields in the
+    .proto's declaration order (json_format puts the fields that are set first, defaults after)."""
     if not isinstance(value, dict):
         return value
-    for key, item in value.items():
-        field_descriptor = descriptor.fields_by_name.get(key)
-        if field_descriptor is None:
+    printed = {}
+    for field_descriptor in descriptor.fields:
+        key = field_descriptor.name
+        if key not in value:
             continue
+        item = value[key]
         if field_descriptor.type in _INT64_TYPES:
-            value[key] = [int(x) for x in item] if isinstance(item, list) else int(item)
+            item = [int(x) for x in item] if isinstance(item, list) else int(item)
         elif field_descriptor.message_type is not None:
             sub = field_descriptor.message_type
             if sub.GetOptions().map_entry:
-                value_field = sub.fields_by_name["value"]
-                if value_field.message_type is not None:
-                    for map_key in item:
-                        _numbers_for_int64(item[map_key], value_field.message_type)
+                value_type = sub.fields_by_name["value"].message_type
+                if value_type is not None:
+                    item = {map_key: _as_triton_prints(entry, value_type) for map_key, entry in item.items()}
             elif isinstance(item, list):
-                for element in item:
-                    _numbers_for_int64(element, sub)
+                item = [_as_triton_prints(element, sub) for element in item]
             else:
-                _numbers_for_int64(item, sub)
-    return value
+                item = _as_triton_prints(item, sub)
+        printed[key] = item
+    return printed
 
 
 def config_to_json_dict(config: ModelConfig) -> dict:
@@ -406,4 +408,4 @@ def config_to_json_dict(config: ModelConfig) -> dict:
     scheduling = data.get("ensemble_scheduling")
     if scheduling is not None and not scheduling.get("max_inflight_requests"):
         del scheduling["max_inflight_requests"]  # newer than Triton 2.51's config: it prints no such field
-    return _numbers_for_int64(data, config.DESCRIPTOR)
+    return _as_triton_prints(data, config.DESCRIPTOR)

@@ -133,3 +133,12 @@ def test_a_config_without_platform_or_backend_gets_them_from_the_model_file(tmp_
         return
     spec = repository.read_spec("m")
     assert (spec.platform, spec.backend) == (platform, backend)
+
+
+def test_config_json_keys_in_the_proto_order_as_triton_prints_them():
+    """json_format prints the fields that are set first; Triton (checked against 2.51) prints declaration order."""
+    data = parse_model_config(ONNX, "m").to_json_dict()
+    assert list(data)[:8] == ["name", "platform", "backend", "runtime", "version_policy", "max_batch_size", "input",
+                              "output"]
+    assert list(data["input"][0])[:4] == ["name", "data_type", "format", "dims"]
+    assert list(data["instance_group"][0])[:3] == ["name", "kind", "count"]

@@ -27,11 +27,16 @@ CONTROL_PARAMETERS = frozenset({"timeout", "priority", "sequence_id", "sequence_
                                 "binary_data_output"})
 
 
+def compact_json(parameters: dict[str, Any]) -> str:
+    """Parameters as Triton's JSON writer prints them for a model: no spaces, text unescaped."""
+    return json.dumps(parameters, separators=(",", ":"), ensure_ascii=False)
+
+
 def model_parameters(parameters: dict[str, Any]) -> str:
     """The JSON a model's ``request.parameters()`` returns."""
     if not parameters:
         return "{}"
-    return json.dumps({k: v for k, v in parameters.items() if k not in CONTROL_PARAMETERS})
+    return compact_json({k: v for k, v in parameters.items() if k not in CONTROL_PARAMETERS})
 
 
 def core_request(message: dict, inputs: list[tuple[str, np.ndarray]], chain: tuple[str, ...]) -> InferRequest:
@@ -53,7 +58,7 @@ def core_request(message: dict, inputs: list[tuple[str, np.ndarray]], chain: tup
 
 def _result(response: Any) -> Result:
     outputs = [(tensor.name, tensor.data) for tensor in response.outputs]
-    return ("ok", outputs, json.dumps(response.parameters or {}))
+    return ("ok", outputs, compact_json(response.parameters or {}))
 
 
 def _error(exc: Exception) -> Result:

@@ -163,7 +163,7 @@ class ModelRunner:
         return self.spec.args.get("model_instance_name") or self.spec.model_name
 
     def load(self) -> None:
-        pb_utils._install_host(self.host, self.thread_only)
+        pb_utils._install_host(self.host, self.thread_only, self.spec.version_dir)
         cls = model_class(self.spec)
         try:
             self.model = cls()
@@ -189,7 +189,7 @@ class ModelRunner:
         """Default mode: one result per request.  Decoupled mode: None once ``execute`` returned (responses go
         through the requests' senders); an error result per request if it raised.  ``origin``: where the batch's
         BLS calls come from."""
-        pb_utils._install_host(self.host, self.thread_only)
+        pb_utils._install_host(self.host, self.thread_only, self.spec.version_dir)
         BLS_ORIGIN.set(origin)
         requests = self.requests(batch)
         try:
@@ -247,7 +247,7 @@ class ModelRunner:
 
     def finalize(self) -> None:
         if self.model is not None and hasattr(self.model, "finalize"):
-            pb_utils._install_host(self.host, self.thread_only)
+            pb_utils._install_host(self.host, self.thread_only, self.spec.version_dir)
             try:
                 self.model.finalize()
             except Exception as exc:  # noqa: BLE001

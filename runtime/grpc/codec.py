@@ -64,10 +64,23 @@ def _set_parameter(target, key: str, value: Any) -> None:
         target[key].string_param = str(value)
 
 
-def _typed_array(tensor) -> np.ndarray | None:
-    """The values of an input's typed ``contents`` (any count: validation checks it), None if it has none."""
+# Each typed field with the datatype Triton names for it, in the message's field order (the order it checks them).
+_DATATYPE_OF_CONTENTS = (("bool_contents", "BOOL"), ("int_contents", "INT32"), ("int64_contents", "INT64"),
+                         ("uint_contents", "UINT32"), ("uint64_contents", "UINT64"), ("fp32_contents", "FP32"),
+                         ("fp64_contents", "FP64"), ("bytes_contents", "BYTES"))
+
+
+def _typed_array(tensor, model: str) -> np.ndarray | None:
+    """The values of an input's typed ``contents`` (any count: validation checks it), None if it has none; values
+    in another datatype's field are refused, as Triton refuses them."""
+    if not tensor.HasField("contents"):
+        return None
     field = _CONTENTS_FIELD.get(tensor.datatype)
-    if field is None or not tensor.HasField("contents"):
+    for other, datatype in _DATATYPE_OF_CONTENTS:
+        if other != field and len(getattr(tensor.contents, other)):
+            raise InvalidArgument(f"unexpected explicit tensor data for input tensor '{tensor.name}' for model "
+                                  f"'{model}' of type '{datatype}', expected datatype '{tensor.datatype}'")
+    if field is None:
         return None
     values = getattr(tensor.contents, field)
     if tensor.datatype == "BYTES":
@@ -109,7 +122,7 @@ def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest
                                       raw=raw_contents[index]))
             index += 1
             continue
-        data = _typed_array(tensor)
+        data = _typed_array(tensor, model)
         if data is None and not (shape and 0 in shape):
             raise InvalidArgument(f"unable to find data for input tensor '{tensor.name}' for model '{model}' in "
                                   "request.")

@@ -97,6 +97,11 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _no_elements(shape: Any) -> bool:
+    """Whether a shape as sent (before it is checked) has a zero dimension: Triton reads no data for it."""
+    return isinstance(shape, list) and 0 in shape
+
+
 def _atoi(text: str) -> int:
     """C's atoi: optional whitespace and sign, then the leading digits; 0 when there are none."""
     stripped = text.lstrip(" \t\n\r\v\f")
@@ -174,6 +179,9 @@ def _decode_header(
         datatype = raw.datatype
         if not isinstance(datatype, str):
             raise InvalidArgument(f"input '{name}': 'datatype' must be a string")
+        if datatype in ("FP16", "BF16") and len(raw.data) > 0 and not _no_elements(raw.shape):
+            raise InvalidArgument(f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+                                  f"format for input {name}")
         if datatype not in DATATYPES:
             raise InvalidArgument(f"invalid datatype for input {name}")
         shape = _shape(raw.shape, name)

@@ -86,6 +86,14 @@ def shm_register(case: str, region: str, key: str, byte_size: int, offset: int =
 IPC_HANDLE = base64.b64encode(bytes(64)).decode()  # a cudaIpcMemHandle_t's size, all zeros
 
 
+def probe(what: str, parameters: dict | None = None) -> dict:
+    """A request to the 'probe' model, which answers with what a model sees as text (models.PROBE)."""
+    body: dict = {"inputs": [tensor("WHAT", [what], "BYTES", shape=[1])]}
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
 def cuda_register(b64: str) -> dict:
     return {"raw_handle": {"b64": b64}, "device_id": 0, "byte_size": 16}
 
@@ -246,6 +254,15 @@ HTTP_CASES: list[HttpCase] = [
     infer("http-infer-too-many-elements", "add_sub", {"inputs": [tensor("INPUT0", A + [5.0], shape=[4]),
                                                                   tensor("INPUT1", B)]}),
     infer("http-infer-strings-for-fp32", "add_sub", add_sub(["a", "b", "c", "d"])),
+    infer("http-probe-pb-utils-listing", "probe", probe("dir")),
+    infer("http-probe-model-dir", "probe", probe("model_dir")),
+    infer("http-probe-memory-types", "probe", probe("memory_types")),
+    infer("http-probe-request-parameters", "probe", probe("parameters", {"custom": "x", "n": 3, "text": "é"})),
+    infer("http-probe-no-request-parameters", "probe", probe("parameters")),
+    infer("http-infer-json-fp16", "add_sub", {"inputs": [tensor("INPUT0", A, "FP16"), tensor("INPUT1", B)]}),
+    infer("http-infer-json-bf16", "add_sub", {"inputs": [tensor("INPUT0", A, "BF16"), tensor("INPUT1", B)]}),
+    infer("http-infer-json-fp16-no-elements", "add_sub", {"inputs": [tensor("INPUT0", [], "FP16", shape=[0]),
+                                                                      tensor("INPUT1", B)]}),
     infer("http-infer-bools-for-fp32", "add_sub", add_sub([True, False, True, False])),
     infer("http-infer-int-out-of-range", "add_sub_int", add_sub([2**40, 1, 1, 1], [1, 1, 1, 1], "INT32")),
     infer("http-infer-negative-dimension", "add_sub", add_sub(shape=[-4])),
@@ -411,6 +428,16 @@ HTTP_CASES: list[HttpCase] = [
     HttpCase("http-cuda-register-no-device", "POST", "/v2/cudasharedmemory/region/x/register",
              {"raw_handle": {"b64": IPC_HANDLE}, "byte_size": 16}),
 ]
+
+
+def typed_in_wrong_field(field: str, also_right: bool = False) -> service_pb2.ModelInferRequest:
+    """add_sub's FP32 INPUT0 with its values in another datatype's typed field (and in fp32_contents too)."""
+    request = grpc_add_sub(raw=False)
+    contents = request.inputs[0].contents
+    if not also_right:
+        contents.ClearField("fp32_contents")
+    getattr(contents, field).extend([b"x"] * 4 if field == "bytes_contents" else [1, 2, 3, 4])
+    return request
 
 
 def grpc_add_sub(model: str = "add_sub", version: str = "", raw: bool = True, a=A, b=B, datatype: str = "FP32",
@@ -611,6 +638,9 @@ GRPC_CASES: list[GrpcCase] = [
     GrpcCase("grpc-infer-raw-size-mismatch", "ModelInfer", bad_raw_size),
     GrpcCase("grpc-infer-no-contents", "ModelInfer", no_contents),
     GrpcCase("grpc-infer-typed-count-mismatch", "ModelInfer", grpc_add_sub(raw=False, a=A[:3])),
+    GrpcCase("grpc-infer-typed-wrong-field", "ModelInfer", typed_in_wrong_field("int_contents")),
+    GrpcCase("grpc-infer-typed-wrong-field-bytes", "ModelInfer", typed_in_wrong_field("bytes_contents")),
+    GrpcCase("grpc-infer-typed-two-fields", "ModelInfer", typed_in_wrong_field("int64_contents", also_right=True)),
     GrpcCase("grpc-infer-negative-dimension", "ModelInfer", grpc_add_sub(shape=(-4,))),
     GrpcCase("grpc-infer-huge-dimension", "ModelInfer", grpc_add_sub(shape=(0, 2**62))),
     GrpcCase("grpc-infer-missing-input", "ModelInfer", grpc_one("add_sub")),

@@ -348,6 +348,35 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
 
+# What a model sees of pb_utils and of its request, as text: the module's listing, its version folder (the last two
+# parts: the servers serve copies of the repository), the memory types' values, or the request's parameters.
+PROBE = HEADER + """
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            what = pb_utils.get_input_tensor_by_name(request, "WHAT").as_numpy()[0].decode()
+            if what == "dir":
+                text = json.dumps(sorted(name for name in dir(pb_utils) if not name.startswith("__")))
+            elif what == "model_dir":
+                text = "/".join(pb_utils.get_model_dir().split("/")[-2:])
+            elif what == "memory_types":
+                text = json.dumps([int(pb_utils.TRITONSERVER_MEMORY_CPU), int(pb_utils.TRITONSERVER_MEMORY_GPU)])
+            else:
+                text = request.parameters()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", np.array([text.encode()],
+                                                                                          dtype=np.object_))]))
+        return responses
+"""
+PROBE_CONFIG = """
+name: "probe"
+backend: "python"
+max_batch_size: 0
+input [ { name: "WHAT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+
 def write(root: Path, name: str, config: str | None, files: dict[str, str]) -> None:
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -408,4 +437,5 @@ def build_repository(root: Path, label_files: bool = True) -> Path:
     write(root, "async_bls", BLS_CONFIG, {"1/model.py": ASYNC_BLS})
     write(root, "auto_complete", None, {"1/model.py": AUTO_COMPLETE})  # no config.pbtxt at all
     write(root, "auto_complete_partial", PARTIAL_CONFIG, {"1/model.py": AUTO_COMPLETE})
+    write(root, "probe", PROBE_CONFIG, {"1/model.py": PROBE})
     return root
