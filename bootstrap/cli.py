@@ -21,8 +21,10 @@ from bootstrap.settings import (
     FunctionSettings,
     SettingsError,
     check_load_models,
+    check_restrictions,
     frontend_process_count,
     load_settings,
+    restrictions,
 )
 from bootstrap.storage import StorageError, is_remote, parse_location
 
@@ -70,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--frontend-processes", metavar="N|auto",
                      help="processes serving HTTP and gRPC beside the one owning the models (0: that one serves)")
     run.add_argument("--response-cache-byte-size", type=int, metavar="BYTES", help="the response cache's size")
+    run.add_argument("--http-restricted-api", action="append", metavar="<API>[,<API>...]:<key>=<value>",
+                     help="answer these REST API groups only to requests with this header (repeatable, as Triton)")
+    run.add_argument("--grpc-restricted-protocol", action="append", metavar="<API>[,<API>...]:<key>=<value>",
+                     help="answer these gRPC API groups only to calls with metadata triton-grpc-protocol-<key> "
+                          "(repeatable, as Triton)")
     sync = commands.add_parser("sync", help="download the repository from object storage into the cache, then exit "
                                             "(to bake the cache into an image, or as an init container)")
     _add_common(sync)
@@ -134,6 +141,11 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         settings.frontend_processes = frontend_process_count(int(value) if value.isdigit() else value)
     if args.response_cache_byte_size is not None:
         settings.response_cache_bytes = max(0, args.response_cache_byte_size)
+    if args.http_restricted_api:
+        settings.http_restricted_api = tuple(args.http_restricted_api)
+    if args.grpc_restricted_protocol:
+        settings.grpc_restricted_protocol = tuple(args.grpc_restricted_protocol)
+    check_restrictions(settings)
     if args.host:
         settings.host = args.host
     if args.http_port is not None:
@@ -169,6 +181,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
     from runtime.http.server import HttpLimits
     from runtime.server import ServerOptions
 
+    http_restrictions, grpc_restrictions = restrictions(settings)
     return ServerOptions(
         model_repository=settings.repository_path(),
         source=source,
@@ -208,6 +221,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         auto_complete_config=settings.auto_complete_config,
         auth_token=settings.auth_token,
         auth_exempt_health=settings.auth_exempt_health,
+        http_restrictions=http_restrictions,
+        grpc_restrictions=grpc_restrictions,
         shutdown_timeout=settings.shutdown_timeout_seconds,
     )
 

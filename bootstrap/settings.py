@@ -9,6 +9,7 @@ from typing import Any
 
 from bootstrap.cache import default_cache_dir
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
+from runtime.restricted_api import RestrictedApis
 
 AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
 # The port a serverless platform (Knative, Cloud Run, Function Compute) tells its container to listen on.
@@ -43,6 +44,8 @@ class FunctionSettings:
     max_streams_per_connection: int = 256  # HTTP/2
     stream_max_in_flight: int = 64
     frontend_processes: int = 0  # processes serving HTTP and gRPC besides the one owning the models (0: it serves)
+    http_restricted_api: tuple[str, ...] = ()  # Triton's '<API>[,<API>...]:<key>=<value>', each
+    grpc_restricted_protocol: tuple[str, ...] = ()
     json_decode_budget_bytes: int = 256 * 1024 * 1024
     server_name: str = "triton"
     strict_readiness: bool = True
@@ -148,6 +151,20 @@ def _optional_str(section: dict, key: str, where: str) -> str | None:
     return value
 
 
+def check_restrictions(settings: FunctionSettings) -> None:
+    """The endpoint restrictions parse (SettingsError naming the setting otherwise)."""
+    restrictions(settings)
+
+
+def restrictions(settings: FunctionSettings) -> tuple[RestrictedApis, RestrictedApis]:
+    """The HTTP and gRPC endpoint restrictions the settings name."""
+    try:
+        return (RestrictedApis.parse(settings.http_restricted_api, "server.http_restricted_api"),
+                RestrictedApis.parse(settings.grpc_restricted_protocol, "server.grpc_restricted_protocol"))
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 def check_load_models(settings: FunctionSettings) -> None:
     """Models to load at start are for explicit model control only (as Triton's --load-model)."""
     if settings.load_models and settings.model_control != "explicit":
@@ -170,7 +187,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                        "strict_readiness", "auto_complete_config", "frontend_processes",
                                        "sequence_slot_timeout_seconds", "execute_timeout_seconds",
                                        "send_timeout_seconds", "max_unsent_response_bytes", "stream_max_bytes",
-                                       "streams_max_bytes"})
+                                       "streams_max_bytes", "http_restricted_api", "grpc_restricted_protocol"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -213,6 +230,12 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
         setattr(settings, key, _positive_int(server, key, getattr(settings, key), "server"))
     settings.server_name = _optional_str(server, "name", "server") or settings.server_name
     settings.frontend_processes = frontend_process_count(server.get("frontend_processes", 0))
+    for key in ("http_restricted_api", "grpc_restricted_protocol"):
+        specs = server.get(key, [])
+        if not isinstance(specs, list) or not all(isinstance(spec, str) for spec in specs):
+            raise SettingsError(f"server.{key} must be a list of '<API>[,<API>...]:<key>=<value>'")
+        setattr(settings, key, tuple(specs))
+    check_restrictions(settings)
     strict = server.get("strict_readiness", True)
     if not isinstance(strict, bool):
         raise SettingsError("server.strict_readiness must be true or false")

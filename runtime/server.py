@@ -25,6 +25,7 @@ from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer
 from runtime.manager import ModelManager
 from runtime.repository import ModelRepository
+from runtime.restricted_api import RestrictedApis
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 
@@ -64,6 +65,8 @@ class ServerOptions:
     auto_complete_config: bool = True  # config-less Python and ONNX models; Triton's auto-complete runs
     auth_token: str | None = None
     auth_exempt_health: bool = True
+    http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --http-restricted-api
+    grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
     shutdown_timeout: float = 30.0
     model_control: str = "none"  # none | poll | explicit
     startup_models: tuple[str, ...] = ()  # explicit mode: models loaded at start ("*": all)
@@ -135,13 +138,13 @@ class Server:
 
                 address = f"{options.host}:{options.grpc_port}"
                 grpc_server = create_grpc_server(self.service, address, options.grpc_max_message_bytes, auth,
-                                                 options.grpc_limits)
+                                                 options.grpc_limits, restrictions=options.grpc_restrictions)
                 await grpc_server.start()
                 logger.info("gRPC endpoint on %s", address)
             if options.http_port is not None and pool is None:
                 app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health,
                                       options.http_limits.body_timeout, options.json_decode_budget,
-                                      options.http_limits.unsent_bytes())
+                                      options.http_limits.unsent_bytes(), options.http_restrictions)
                 listeners.append(HttpServer(app, options.host, options.http_port, options.http_limits))
             if options.metrics_port is not None:
                 metrics = create_metrics_app(self.service, auth)
@@ -183,7 +186,8 @@ class Server:
             max_body_bytes=options.max_body_bytes, grpc_max_message_bytes=options.grpc_max_message_bytes,
             json_decode_budget=options.json_decode_budget, http_limits=options.http_limits,
             grpc_limits=options.grpc_limits, auth_token=auth.token if auth else None,
-            auth_exempt_health=options.auth_exempt_health, shutdown_timeout=options.shutdown_timeout,
+            auth_exempt_health=options.auth_exempt_health, http_restrictions=options.http_restrictions,
+            grpc_restrictions=options.grpc_restrictions, shutdown_timeout=options.shutdown_timeout,
             log_level=logging.getLogger().getEffectiveLevel())
         return FrontEndPool(self.service, options.frontend_processes, settings)
 

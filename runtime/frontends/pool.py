@@ -18,6 +18,7 @@ from runtime.frontends.endpoint import serve_link
 from runtime.frontends.wire import send_blocking
 from runtime.grpc.limits import GrpcLimits
 from runtime.http.server import HttpLimits, check_bindable
+from runtime.restricted_api import RestrictedApis
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class FrontEndSettings:
     grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
     auth_token: str | None = None
     auth_exempt_health: bool = True
+    http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)
+    grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)
     shutdown_timeout: float = 30.0
     log_level: int = logging.INFO
 

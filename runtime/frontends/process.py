@@ -61,12 +61,12 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
 
             grpc_server = create_grpc_server(service, f"{settings.host}:{settings.grpc_port}",
                                              settings.grpc_max_message_bytes, auth, settings.grpc_limits,
-                                             reuse_port=True)
+                                             reuse_port=True, restrictions=settings.grpc_restrictions)
             await grpc_server.start()
         if settings.http_port is not None:
             app = create_http_app(service, settings.max_body_bytes, auth, settings.auth_exempt_health,
                                   settings.http_limits.body_timeout, settings.json_decode_budget,
-                                  settings.http_limits.unsent_bytes())
+                                  settings.http_limits.unsent_bytes(), settings.http_restrictions)
             listener = reuse_port_listener(settings.host, settings.http_port, settings.http_limits.backlog)
             http = HttpServer(app, settings.host, settings.http_port, settings.http_limits,
                               listening_fd=listener.detach())

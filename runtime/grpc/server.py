@@ -12,6 +12,7 @@ from runtime.errors import Unauthenticated
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
 from runtime.protocol import service_pb2
+from runtime.restricted_api import RestrictedApis
 
 
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -33,12 +34,52 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         return await continuation(handler_call_details)
 
 
-def _deny(message: str, streaming: bool) -> grpc.RpcMethodHandler:
+# Each method's API group for --grpc-restricted-protocol, as Triton 2.51 groups them.
+GROUP_BY_METHOD = {
+    "ServerLive": "health", "ServerReady": "health", "ModelReady": "health",
+    "ServerMetadata": "metadata", "ModelMetadata": "metadata",
+    "ModelInfer": "inference", "ModelStreamInfer": "inference",
+    "ModelConfig": "model-config", "ModelStatistics": "statistics",
+    "RepositoryIndex": "model-repository", "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
+    "SystemSharedMemoryStatus": "shared-memory", "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory", "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory", "CudaSharedMemoryUnregister": "shared-memory",
+    "TraceSetting": "trace", "LogSettings": "logging",
+}
+RESTRICTED_METADATA_PREFIX = "triton-grpc-protocol-"
+
+
+class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
+    """Refuses a call of a restricted API group without its ``triton-grpc-protocol-<key>`` metadata (UNAVAILABLE,
+    in Triton's words)."""
+
+    def __init__(self, restrictions: RestrictedApis) -> None:
+        self.restrictions = restrictions
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method.rpartition("/")[2]
+        restriction = self.restrictions.restriction(GROUP_BY_METHOD.get(method))
+        if restriction is not None:
+            key = RESTRICTED_METADATA_PREFIX + restriction.key.lower()
+            values = [v for k, v in (handler_call_details.invocation_metadata or ()) if k == key]
+            if values != [restriction.value]:
+                return _deny(f"This protocol is restricted, expecting header '{key}'",
+                             streaming=method == "ModelStreamInfer", code=grpc.StatusCode.UNAVAILABLE)
+        return await continuation(handler_call_details)
+
+
+def _deny(message: str, streaming: bool,
+          code: grpc.StatusCode = grpc.StatusCode.UNAUTHENTICATED) -> grpc.RpcMethodHandler:
     async def unary(request, context: grpc.aio.ServicerContext):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
 
     async def stream(request_iterator, context: grpc.aio.ServicerContext):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
         yield  # pragma: no cover - makes this an async generator
 
     if streaming:
@@ -53,12 +94,17 @@ def create_grpc_server(
     auth: TokenAuth | None = None,
     limits: GrpcLimits | None = None,
     reuse_port: bool = False,
+    restrictions: RestrictedApis | None = None,
 ) -> grpc.aio.Server:
     """A bound (not yet started) grpc.aio server serving GRPCInferenceService on ``address``; ``reuse_port``:
-    one of several processes serving the port (SO_REUSEPORT), as front-end processes do."""
+    one of several processes serving the port (SO_REUSEPORT), as front-end processes do; ``restrictions``: API
+    groups refused without their metadata (``--grpc-restricted-protocol``)."""
     limits = limits or GrpcLimits()
+    interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuthInterceptor(auth)] if auth else []
+    if restrictions:
+        interceptors.append(RestrictedProtocolInterceptor(restrictions))
     server = grpc.aio.server(
-        interceptors=[TokenAuthInterceptor(auth)] if auth else [],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),

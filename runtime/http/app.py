@@ -27,8 +27,10 @@ from runtime.http.body import (
 from runtime.http.codec import parse_json
 from runtime.http.generate import GenerateEndpoints
 from runtime.http.infer_route import InferRoute
+from runtime.http.restricted import RestrictedApiMiddleware
 from runtime.http.sending import UnsentBytes
 from runtime.http.status import error_body, error_status
+from runtime.restricted_api import RestrictedApis
 
 logger = logging.getLogger(__name__)
 
@@ -213,10 +215,12 @@ def create_http_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     json_budget: int = DEFAULT_JSON_BUDGET_BYTES,
     unsent: UnsentBytes | None = None,
+    restrictions: RestrictedApis | None = None,
 ) -> ASGIApp:
     """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
-    (``InferRoute``) and, given ``auth``, every request checked before either.  ``unsent``: the process's bound
-    on answers being sent to clients (send timeout, bytes)."""
+    (``InferRoute``) and, given ``auth``, every request checked before either; given ``restrictions``, calls of a
+    restricted API group refused without its header.  ``unsent``: the process's bound on answers being sent to
+    clients (send timeout, bytes)."""
     endpoints = V2Endpoints(service, body_timeout)
     generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
@@ -261,7 +265,10 @@ def create_http_app(
     exception_handlers = {ServingError: _serving_error, HTTPException: _http_error, Exception: _unexpected_error}
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect
-    served = InferRoute(app, service, max_body_bytes, body_timeout, ByteBudget(json_budget), unsent or UnsentBytes())
+    served: ASGIApp = InferRoute(app, service, max_body_bytes, body_timeout, ByteBudget(json_budget),
+                                 unsent or UnsentBytes())
+    if restrictions:
+        served = RestrictedApiMiddleware(served, restrictions)
     return TokenAuthMiddleware(served, auth, exempt_health) if auth else served
 
 
