@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--frontend-processes", metavar="N|auto",
                      help="processes serving HTTP and gRPC beside the one owning the models (0: that one serves)")
     run.add_argument("--response-cache-byte-size", type=int, metavar="BYTES", help="the response cache's size")
+    run.add_argument("--model-load-thread-count", type=int, metavar="N",
+                     help="models loading at once (default 4, as Triton)")
     run.add_argument("--http-restricted-api", action="append", metavar="<API>[,<API>...]:<key>=<value>",
                      help="answer these REST API groups only to requests with this header (repeatable, as Triton)")
     run.add_argument("--grpc-restricted-protocol", action="append", metavar="<API>[,<API>...]:<key>=<value>",
@@ -141,6 +143,10 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
         settings.frontend_processes = frontend_process_count(int(value) if value.isdigit() else value)
     if args.response_cache_byte_size is not None:
         settings.response_cache_bytes = max(0, args.response_cache_byte_size)
+    if args.model_load_thread_count is not None:
+        if args.model_load_thread_count < 1:
+            raise SettingsError("--model-load-thread-count must be at least 1")
+        settings.model_load_thread_count = args.model_load_thread_count
     if args.http_restricted_api:
         settings.http_restricted_api = tuple(args.http_restricted_api)
     if args.grpc_restricted_protocol:
@@ -187,6 +193,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         source=source,
         model_control=settings.model_control,
         startup_models=settings.load_models,
+        model_load_concurrency=settings.model_load_thread_count,
         poll_interval=settings.poll_interval_seconds,
         idle_timeout=settings.idle_timeout_seconds,
         host=settings.host,

@@ -44,6 +44,7 @@ class FunctionSettings:
     max_streams_per_connection: int = 256  # HTTP/2
     stream_max_in_flight: int = 64
     frontend_processes: int = 0  # processes serving HTTP and gRPC besides the one owning the models (0: it serves)
+    model_load_thread_count: int = 4  # models loading at once (Triton's --model-load-thread-count)
     http_restricted_api: tuple[str, ...] = ()  # Triton's '<API>[,<API>...]:<key>=<value>', each
     grpc_restricted_protocol: tuple[str, ...] = ()
     json_decode_budget_bytes: int = 256 * 1024 * 1024
@@ -187,7 +188,8 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                        "strict_readiness", "auto_complete_config", "frontend_processes",
                                        "sequence_slot_timeout_seconds", "execute_timeout_seconds",
                                        "send_timeout_seconds", "max_unsent_response_bytes", "stream_max_bytes",
-                                       "streams_max_bytes", "http_restricted_api", "grpc_restricted_protocol"})
+                                       "streams_max_bytes", "http_restricted_api", "grpc_restricted_protocol",
+                                       "model_load_thread_count"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -226,7 +228,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     settings.body_timeout_seconds = _seconds(server, "body_timeout_seconds", settings.body_timeout_seconds,
                                              "server", positive=True)
     for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight", "json_decode_budget_bytes",
-                "max_unsent_response_bytes", "stream_max_bytes", "streams_max_bytes"):
+                "max_unsent_response_bytes", "stream_max_bytes", "streams_max_bytes", "model_load_thread_count"):
         setattr(settings, key, _positive_int(server, key, getattr(settings, key), "server"))
     settings.server_name = _optional_str(server, "name", "server") or settings.server_name
     settings.frontend_processes = frontend_process_count(server.get("frontend_processes", 0))

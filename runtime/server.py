@@ -70,6 +70,7 @@ class ServerOptions:
     shutdown_timeout: float = 30.0
     model_control: str = "none"  # none | poll | explicit
     startup_models: tuple[str, ...] = ()  # explicit mode: models loaded at start ("*": all)
+    model_load_concurrency: int = 4  # models loading at once (--model-load-thread-count)
     poll_interval: float = 5.0
     idle_timeout: float = 0.0  # exit after this long without requests (0: never)
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
@@ -98,6 +99,7 @@ class Server:
             ModelRepository(options.model_repository, gpu_count() if options.use_gpu else 0,
                             completer=complete_config if options.auto_complete_config else None),
             use_gpu=options.use_gpu,
+            load_concurrency=options.model_load_concurrency,
             drain_timeout=options.shutdown_timeout,
             max_queue_size=options.default_max_queue_size,
             sequence_slot_timeout=options.sequence_slot_timeout,
