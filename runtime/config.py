@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
+from runtime.config_support import check_supported
 from runtime.datatypes import DATATYPES, config_type_to_datatype
 from runtime.ensemble_config import EnsembleStep, ensemble_steps
 from runtime.errors import ModelLoadError
@@ -101,6 +102,12 @@ class DynamicBatchingSpec:
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_microseconds: int = 0
     queue_policy: QueuePolicy = field(default_factory=QueuePolicy)
+    priority_levels: int = 0  # 0: one queue; else levels 1 (taken first) .. priority_levels
+    default_priority_level: int = 0  # a request's level when it names none, or one out of range
+    priority_queue_policies: dict[int, QueuePolicy] = field(default_factory=dict)  # a level's own policy
+
+    def queue_policy_of(self, level: int) -> QueuePolicy:
+        return self.priority_queue_policies.get(level, self.queue_policy)
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,7 @@ class ModelSpec:
     steps: tuple[EnsembleStep, ...] = ()  # ensemble_scheduling (platform "ensemble")
     response_cache: bool = False  # response_cache { enable: true }
     sequence: SequenceSpec | None = None  # sequence_batching (a stateful model)
+    ignored_fields: tuple[str, ...] = ()  # warnings: config fields set that are not honoured (config_support)
 
     @property
     def is_ensemble(self) -> bool:
@@ -194,20 +202,34 @@ def _version_policy(config: ModelConfig) -> VersionPolicy:
     return VersionPolicy()
 
 
-def _dynamic_batching(config: ModelConfig) -> DynamicBatchingSpec | None:
+def _queue_policy(policy: model_config_pb2.ModelQueuePolicy) -> QueuePolicy:
+    return QueuePolicy(
+        max_queue_size=policy.max_queue_size,
+        default_timeout_microseconds=policy.default_timeout_microseconds,
+        timeout_action=model_config_pb2.ModelQueuePolicy.TimeoutAction.Name(policy.timeout_action),
+        allow_timeout_override=policy.allow_timeout_override,
+    )
+
+
+def _dynamic_batching(config: ModelConfig, model: str) -> DynamicBatchingSpec | None:
     if not config.HasField("dynamic_batching"):
         return None
     batching = config.dynamic_batching
-    policy = batching.default_queue_policy
+    levels = batching.priority_levels
+    if levels:  # checked as Triton checks them
+        if not 1 <= batching.default_priority_level <= levels:
+            raise ModelLoadError(f"default priority level must be in range [1, {levels}] for {model}")
+        if any(not 1 <= level <= levels for level in batching.priority_queue_policy):
+            raise ModelLoadError(f"priority queue policy must have priority level in range [1, {levels}] for "
+                                 f"{model}")
     return DynamicBatchingSpec(
         preferred_batch_sizes=tuple(batching.preferred_batch_size),
         max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
-        queue_policy=QueuePolicy(
-            max_queue_size=policy.max_queue_size,
-            default_timeout_microseconds=policy.default_timeout_microseconds,
-            timeout_action=model_config_pb2.ModelQueuePolicy.TimeoutAction.Name(policy.timeout_action),
-            allow_timeout_override=policy.allow_timeout_override,
-        ),
+        queue_policy=_queue_policy(batching.default_queue_policy),
+        priority_levels=levels,
+        default_priority_level=batching.default_priority_level if levels else 0,
+        priority_queue_policies={level: _queue_policy(policy)
+                                 for level, policy in batching.priority_queue_policy.items()} if levels else {},
     )
 
 
@@ -340,7 +362,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
                 name=group.name,
             )
         )
-    batching = _dynamic_batching(config)
+    batching = _dynamic_batching(config, folder_name)
     if batching and config.max_batch_size == 0:
         raise ModelLoadError(f"model '{folder_name}': dynamic_batching needs max_batch_size > 0")
     file_name = "" if handler == ENSEMBLE else _check_file_name(config.default_model_filename, folder_name)
@@ -362,6 +384,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
         steps=ensemble_steps(config, folder_name, inputs, outputs) if handler == ENSEMBLE else (),
         response_cache=config.response_cache.enable,
         sequence=sequence_spec(config, folder_name),
+        ignored_fields=tuple(check_supported(config, folder_name)),
     )
 
 

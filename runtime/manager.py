@@ -215,6 +215,8 @@ class ModelManager:
         return entry
 
     async def _load_version(self, spec: ModelSpec, version: int, signature: str, started: float) -> ModelVersion:
+        for warning in spec.ignored_fields:
+            logger.warning("%s", warning)
         version_type = EnsembleVersion if spec.is_ensemble else ModelVersion
         model_version = version_type(spec=spec, version=version, signature=signature,
                                      max_queue_size=self.max_queue_size,

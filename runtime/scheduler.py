@@ -15,18 +15,17 @@ in about 15 µs).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from handlers.base import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
-from runtime.config import ModelSpec
+from runtime.config import ModelSpec, QueuePolicy
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
+from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest
 from runtime.wait_graph import WaitGraph
@@ -49,6 +48,7 @@ class _Item:
     batch_size: int
     signature: tuple
     future: asyncio.Future
+    level: int = 0  # its priority level's queue
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
     dispatched_ns: int = 0
     instance: ModelHandler | None = None  # the instance executing it, while it executes
@@ -88,12 +88,9 @@ class Scheduler:
         if max_delay is None:
             max_delay = (batching.max_queue_delay_microseconds / 1e6) if batching else 0.0
         self.max_delay = max_delay
-        policy = batching.queue_policy if batching else None
-        self.max_queue = (policy.max_queue_size if policy and policy.max_queue_size > 0 else default_max_queue_size)
-        self.default_timeout = (policy.default_timeout_microseconds / 1e6) if policy else 0.0
-        self.timeout_override = bool(policy and policy.allow_timeout_override)
-        self.reject_on_timeout = not policy or policy.timeout_action != "DELAY"
-        self._queue: deque[_Item] = deque()
+        self.default_max_queue_size = default_max_queue_size
+        self._queue: PriorityQueues[_Item] = PriorityQueues(batching.priority_levels if batching else 0,
+                                                            batching.default_priority_level if batching else 0)
         self._arrival = asyncio.Event()
         self._mean_gap = float("inf")  # EWMA of seconds between arrivals
         self._mean_request_batch = 1.0
@@ -117,16 +114,24 @@ class Scheduler:
         return {instance: now - began for instance, began in self._running.items()
                 if now - began > instance.execute_timeout}
 
+    def _policy(self, level: int) -> QueuePolicy:
+        """The queue policy of a priority level's queue (index), as the config gives it."""
+        batching = self.spec.dynamic_batching
+        return batching.queue_policy_of(level + 1) if batching else QueuePolicy()
+
     async def submit(self, request: InferRequest, batch_size: int) -> tuple[RequestResult, int]:
         """Queue a request; returns its result and the nanoseconds it spent queued."""
-        if len(self._queue) >= self.max_queue:
-            raise Unavailable(f"Exceeds maximum queue size ({self.max_queue}) of model '{self.spec.name}'")
-        timeout = self._queue_timeout(request)
+        level = self._queue.index_of(requested_priority(request)) if self._queue.levels > 1 else 0
+        policy = self._policy(level)
+        bound = policy.max_queue_size if policy.max_queue_size > 0 else self.default_max_queue_size
+        if self._queue.size(level) >= bound:
+            raise Unavailable(f"Exceeds maximum queue size ({bound}) of model '{self.spec.name}'")
+        timeout = _queue_timeout(request, policy)
         caller = request.caller_execution
         if caller:
             self._waits.wait(caller, self)  # refused here if the caller could only wait forever
         item = _Item(request, batch_size, _signature(request, self.batching),
-                     asyncio.get_running_loop().create_future())
+                     asyncio.get_running_loop().create_future(), level)
         self._note_arrival(batch_size)
         self._queue.append(item)
         self._arrival.set()
@@ -151,29 +156,17 @@ class Scheduler:
                 self._waits.done(caller, self)
         return result, item.dispatched_ns - item.enqueued_ns
 
-    def _queue_timeout(self, request: InferRequest) -> float:
-        """Seconds a request may wait in the queue (0: no limit), as Triton's queue policy decides: the policy's
-        default, or the request's own ``timeout`` (µs) where the policy allows overriding with a shorter one."""
-        requested = requested_timeout(request)
-        if not self.reject_on_timeout:
-            return 0.0
-        if requested and self.timeout_override and (not self.default_timeout or requested < self.default_timeout):
-            return requested
-        return self.default_timeout
-
     def _abandon(self, item: _Item) -> None:
         """Cancel a request and free its queue slot at once (no-op if a consumer already took it)."""
         item.future.cancel()
-        with contextlib.suppress(ValueError):
-            self._queue.remove(item)
+        self._queue.remove(item)
 
     async def close(self) -> None:
         self._waits.remove_node(self)
         for consumer in self._consumers:
             consumer.cancel()
         await asyncio.gather(*self._consumers, return_exceptions=True)
-        while self._queue:
-            item = self._queue.popleft()
+        for item in self._queue.drain():
             if not item.future.done():
                 item.future.set_exception(Unavailable(f"model '{self.spec.name}' is unloading"))
 
@@ -199,29 +192,31 @@ class Scheduler:
         return min(self.max_delay, fill_seconds)
 
     def _pop_next(self) -> _Item | None:
-        while self._queue:
-            item = self._queue.popleft()
+        while (item := self._queue.pop()) is not None:
             if not item.future.done():
                 return item
         return None
 
     def _take_compatible(self, batch: list[_Item], total: int) -> int:
+        """Add to ``batch`` the queued requests that fit it, highest priority and oldest first."""
         if not self._queue:
             return total
-        kept: deque[_Item] = deque()
         signature = batch[0].signature
-        while self._queue:
-            item = self._queue.popleft()
+        taken = total
+
+        def wanted(item: _Item) -> bool | None:
+            nonlocal taken
             if item.future.done():
-                continue
-            fits = total + item.batch_size <= self.max_batch and total < self.target_batch
+                return None
+            fits = taken + item.batch_size <= self.max_batch and taken < self.target_batch
             if fits and (not self.concatenate or item.signature == signature):
                 batch.append(item)
-                total += item.batch_size
-            else:
-                kept.append(item)
-        self._queue = kept
-        return total
+                taken += item.batch_size
+                return True
+            return False
+
+        self._queue.sift(wanted)
+        return taken
 
     async def _next_batch(self) -> list[_Item]:
         while (first := self._pop_next()) is None:
@@ -254,8 +249,7 @@ class Scheduler:
             elif time.monotonic() - self._all_down_since > ALL_DOWN_GRACE_SECONDS and self._queue:
                 reasons = "; ".join(dict.fromkeys(i.unavailable_reason for i in self._instances))
                 error = Unavailable(f"model '{self.spec.name}' has no instance that can serve: {reasons}")
-                while self._queue:
-                    item = self._queue.popleft()
+                for item in self._queue.drain():
                     if not item.future.done():
                         item.future.set_result(error)
             await asyncio.sleep(_DOWN_POLL_SECONDS)
@@ -276,7 +270,7 @@ class Scheduler:
         if not batch:
             return
         if not instance.available:  # went down while this consumer waited: another instance may serve
-            self._queue.extendleft(reversed(batch))
+            self._queue.put_back(batch)
             self._arrival.set()
             return
         now = time.perf_counter_ns()
@@ -407,6 +401,27 @@ def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[Reque
         offset += item.batch_size
     instance.timing.output_ns += time.perf_counter_ns() - splitting
     return results
+
+
+def _queue_timeout(request: InferRequest, policy: QueuePolicy) -> float:
+    """Seconds a request may wait in the queue (0: no limit), as Triton's queue policy decides: the policy's
+    default, or the request's own ``timeout`` (µs) where the policy allows overriding with a shorter one."""
+    requested = requested_timeout(request)
+    if policy.timeout_action == "DELAY":
+        return 0.0
+    default = policy.default_timeout_microseconds / 1e6
+    if requested and policy.allow_timeout_override and (not default or requested < default):
+        return requested
+    return default
+
+
+def requested_priority(request: InferRequest) -> int:
+    """The request's ``priority`` parameter (0, the default level, when absent)."""
+    value = request.parameters.get("priority", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidArgument("Unable to parse 'priority': attempt to access JSON non-unsigned-integer as "
+                              "unsigned-integer")
+    return value
 
 
 def requested_timeout(request: InferRequest) -> float:

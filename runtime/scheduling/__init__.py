@@ -1,0 +1,1 @@
+"""Queues and batching (the dynamic batcher's request queue by priority level)."""

@@ -1,0 +1,113 @@
+"""Dynamic batching's priority levels as Triton 2.51 serves them (the order below was observed on it): level 1 is
+taken first and each level is first in, first out; priority 0 or past the last level means the default level; a
+level's own queue policy bounds it (503 past its max_queue_size)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from runtime.scheduling.priority_queue import PriorityQueues
+from tests.support import ServerProcess, write_model
+
+CONFIG = """
+backend: "python"
+max_batch_size: 1
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+dynamic_batching {
+  priority_levels: 3
+  default_priority_level: 2
+  priority_queue_policy { key: 1 value: { max_queue_size: 2 } }
+}
+"""
+# Answers with how many requests it executed before this one; a negative input holds the instance for a second.
+MODEL = """
+import itertools
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.counter = itertools.count()
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            if pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0, 0] < 0:
+                time.sleep(1.0)
+            out = np.array([[next(self.counter)]], dtype=np.float32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
+        return responses
+"""
+# (name, priority) in the order sent, while the first request holds the only instance
+SENT = [("p2", 2), ("p0", 0), ("p3", 3), ("p1a", 1), ("p1b", 1), ("p1c", 1), ("p9", 9)]
+# What Triton 2.51 answered: the order each ran in, and p1c refused (level 1 holds 2)
+TRITON_ORDER = {"blocker": 0, "p1a": 1, "p1b": 2, "p2": 3, "p0": 4, "p9": 5, "p3": 6}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("priority")
+    write_model(repository, "prio", CONFIG, {"1/model.py": MODEL})
+    with ServerProcess(repository) as process:
+        yield process
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_priority_levels_order_requests_as_triton(server, module):
+    url = server.http_url if module is httpclient else server.grpc_url
+    answers: dict[str, int | str] = {}
+
+    def send(name: str, value: float, priority: int) -> None:
+        client = module.InferenceServerClient(url)
+        tensor = module.InferInput("IN", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.array([[value]], np.float32))
+        try:
+            answers[name] = int(client.infer("prio", [tensor], priority=priority).as_numpy("OUT")[0, 0])
+        except InferenceServerException as exc:
+            answers[name] = exc.message()
+
+    first = threading.Thread(target=send, args=("blocker", -1.0, 0))
+    first.start()
+    time.sleep(0.3)
+    threads = []
+    for name, priority in SENT:
+        threads.append(threading.Thread(target=send, args=(name, 0.0, priority)))
+        threads[-1].start()
+        time.sleep(0.05)
+    for thread in [first, *threads]:
+        thread.join()
+    assert "Exceeds maximum queue size" in str(answers.pop("p1c"))
+    ran = sorted(answers, key=answers.__getitem__)
+    assert ran == sorted(TRITON_ORDER, key=TRITON_ORDER.__getitem__)
+
+
+class _Item:
+    def __init__(self, level: int) -> None:
+        self.level = level
+
+
+def test_queues_take_the_first_level_first_and_put_back_in_front():
+    queues: PriorityQueues[_Item] = PriorityQueues(levels=3, default_level=2)
+    assert [queues.index_of(p) for p in (0, 1, 2, 3, 4)] == [1, 0, 1, 2, 1]
+    low, mid, high = _Item(2), _Item(1), _Item(0)
+    queues.extend([low, mid, high])
+    assert list(queues) == [high, mid, low] and queues.size(1) == 1
+    taken = queues.pop()
+    assert taken is high
+    queues.put_back([taken])
+    queues.sift(lambda item: True if item is mid else False)
+    assert list(queues) == [high, low]
+    queues.remove(low)
+    assert list(queues.drain()) == [high] and not queues
+    assert PriorityQueues().index_of(7) == 0  # no levels: one queue
