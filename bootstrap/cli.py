@@ -25,6 +25,7 @@ from bootstrap.settings import (
     frontend_process_count,
     load_settings,
     restrictions,
+    trace_settings,
 )
 from bootstrap.storage import StorageError, is_remote, parse_location
 
@@ -74,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--response-cache-byte-size", type=int, metavar="BYTES", help="the response cache's size")
     run.add_argument("--model-load-thread-count", type=int, metavar="N",
                      help="models loading at once (default 4, as Triton)")
+    run.add_argument("--trace-config", action="append", metavar="[<mode>,]<setting>=<value>",
+                     help="tracing, as Triton's flag: rate=N, level=TIMESTAMPS, count=N, mode=triton|opentelemetry, "
+                          "triton,file=PATH, triton,log-frequency=N, opentelemetry,url=URL (repeatable)")
     run.add_argument("--http-restricted-api", action="append", metavar="<API>[,<API>...]:<key>=<value>",
                      help="answer these REST API groups only to requests with this header (repeatable, as Triton)")
     run.add_argument("--grpc-restricted-protocol", action="append", metavar="<API>[,<API>...]:<key>=<value>",
@@ -152,6 +156,9 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
     if args.grpc_restricted_protocol:
         settings.grpc_restricted_protocol = tuple(args.grpc_restricted_protocol)
     check_restrictions(settings)
+    if args.trace_config:
+        settings.trace_config = (*settings.trace_config, *args.trace_config)
+    trace_settings(settings)
     if args.host:
         settings.host = args.host
     if args.http_port is not None:
@@ -231,6 +238,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         http_restrictions=http_restrictions,
         grpc_restrictions=grpc_restrictions,
         shutdown_timeout=settings.shutdown_timeout_seconds,
+        trace=trace_settings(settings),
     )
 
 

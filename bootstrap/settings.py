@@ -9,6 +9,7 @@ from typing import Any
 
 from bootstrap.cache import default_cache_dir
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
+from runtime.extensions.tracing import TraceSettings, parse_trace_config
 from runtime.restricted_api import RestrictedApis
 
 AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
@@ -44,6 +45,7 @@ class FunctionSettings:
     max_streams_per_connection: int = 256  # HTTP/2
     stream_max_in_flight: int = 64
     frontend_processes: int = 0  # processes serving HTTP and gRPC besides the one owning the models (0: it serves)
+    trace_config: tuple[str, ...] = ()  # Triton's --trace-config values
     model_load_thread_count: int = 4  # models loading at once (Triton's --model-load-thread-count)
     http_restricted_api: tuple[str, ...] = ()  # Triton's '<API>[,<API>...]:<key>=<value>', each
     grpc_restricted_protocol: tuple[str, ...] = ()
@@ -166,6 +168,14 @@ def restrictions(settings: FunctionSettings) -> tuple[RestrictedApis, Restricted
         raise SettingsError(str(exc)) from None
 
 
+def trace_settings(settings: FunctionSettings) -> TraceSettings:
+    """The trace settings at start (SettingsError naming what is wrong)."""
+    try:
+        return parse_trace_config(settings.trace_config)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 def check_load_models(settings: FunctionSettings) -> None:
     """Models to load at start are for explicit model control only (as Triton's --load-model)."""
     if settings.load_models and settings.model_control != "explicit":
@@ -189,7 +199,7 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                        "sequence_slot_timeout_seconds", "execute_timeout_seconds",
                                        "send_timeout_seconds", "max_unsent_response_bytes", "stream_max_bytes",
                                        "streams_max_bytes", "http_restricted_api", "grpc_restricted_protocol",
-                                       "model_load_thread_count"})
+                                       "model_load_thread_count", "trace_config"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -238,6 +248,11 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
             raise SettingsError(f"server.{key} must be a list of '<API>[,<API>...]:<key>=<value>'")
         setattr(settings, key, tuple(specs))
     check_restrictions(settings)
+    specs = server.get("trace_config", [])
+    if not isinstance(specs, list) or not all(isinstance(spec, str) for spec in specs):
+        raise SettingsError("server.trace_config must be a list of Triton's --trace-config values")
+    settings.trace_config = tuple(specs)
+    trace_settings(settings)
     strict = server.get("strict_readiness", True)
     if not isinstance(strict, bool):
         raise SettingsError("server.strict_readiness must be true or false")

@@ -19,6 +19,7 @@ from runtime.cuda_shared_memory import CudaSharedMemoryRegistry
 from runtime.custom_metrics import CustomMetrics
 from runtime.datatypes import datatype_of
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unsupported
+from runtime.extensions.tracing import Trace, Tracer
 from runtime.log_settings import ServerLog
 from runtime.manager import ModelManager, parse_version
 from runtime.model import ModelVersion
@@ -33,7 +34,7 @@ SERVER_NAME = "triton"  # what Triton answers: tools and Triton's own examples c
 # The extensions this server serves, in Triton's order and spelling.
 EXTENSIONS = ("classification", "sequence", "model_repository", "model_repository(unload_dependents)",
               "schedule_policy", "model_configuration", "system_shared_memory", "cuda_shared_memory",
-              "binary_tensor_data", "parameters", "statistics", "logging")
+              "binary_tensor_data", "parameters", "statistics", "trace", "logging")
 
 
 class InferenceService:
@@ -47,7 +48,8 @@ class InferenceService:
     """
 
     def __init__(self, manager: ModelManager, control: ModelControl | None = None, server_name: str = SERVER_NAME,
-                 strict_readiness: bool = True, cache: ResponseCache | None = None) -> None:
+                 strict_readiness: bool = True, cache: ResponseCache | None = None,
+                 tracer: Tracer | None = None) -> None:
         self.manager = manager
         self.control = control or ModelControl(manager)
         self.server_name = server_name
@@ -60,6 +62,8 @@ class InferenceService:
         self.log = ServerLog()  # the logging extension
         self.shared_memory = SharedMemoryRegistry()  # system shared-memory regions clients registered
         self.cuda_shared_memory = CudaSharedMemoryRegistry()
+        self.tracer = tracer or Tracer()  # the trace extension
+        self.tracer.model_known = lambda name: name in self.manager.models
         manager.retire_hooks.append(self._forget_custom_metrics)
         self.cache = cache  # the response cache (None: off)
         if cache is not None:
@@ -162,9 +166,12 @@ class InferenceService:
         """The logging extension: the log settings in force, after applying ``changes`` if any."""
         return self.log.update(changes) if changes else self.log.current()
 
-    def trace_settings(self) -> dict[str, Any]:
-        """Tracing is not built: the trace extension answers so."""
-        raise Unsupported("trace is not supported by this server")
+    def trace_settings(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The trace extension: the settings in force (a model's, or the global ones), after applying ``changes``
+        (key -> value, None clears) if any."""
+        if changes is None:
+            return self.tracer.settings(model)
+        return self.tracer.update(changes, model)
 
     # -- model control -----------------------------------------------------------
     async def load_model(self, name: str, parameters: dict | None = None) -> None:
@@ -191,8 +198,10 @@ class InferenceService:
     async def infer(self, request: InferRequest) -> InferResponse:
         """One request, one response (a decoupled model's responses need :meth:`infer_stream`)."""
         self.in_flight += 1
+        trace = None
         try:
             model = self.manager.get(request.model_name, request.model_version)
+            trace = request.trace = self._start_trace(model, request)
             if model.spec.decoupled:
                 raise Unsupported(f"model '{model.name}' uses the decoupled transaction policy: its responses "
                                   "come only through a stream")
@@ -202,17 +211,24 @@ class InferenceService:
             result = await self._run(model, request, batch_size)
             response = self._response(model, request, result)
             write_outputs(self.shared_memory, request, response)
+            if trace is not None:
+                trace.event("INFER_RESPONSE_COMPLETE")
             return response
         finally:
             self.in_flight -= 1
             self.last_activity = time.monotonic()
+            if trace is not None:
+                trace.event("REQUEST_END")
+                self.tracer.finish(trace)
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
         """Every response to one request: one for a model in default mode, any number (the last one marked
         final) for a decoupled model.  Lookup and validation errors raise before the first response."""
         self.in_flight += 1
+        trace = None
         try:
             model = self.manager.get(request.model_name, request.model_version)
+            trace = request.trace = self._start_trace(model, request)
             resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
@@ -220,10 +236,27 @@ class InferenceService:
                                                lambda: self._run(model, request, batch_size)):
                 if item.response is not None:
                     write_outputs(self.shared_memory, request, item.response)
+                    if trace is not None:
+                        trace.event("INFER_RESPONSE_COMPLETE")
                 yield item
         finally:
             self.in_flight -= 1
             self.last_activity = time.monotonic()
+            if trace is not None:
+                trace.event("REQUEST_END")
+                self.tracer.finish(trace)
+
+    def _start_trace(self, model: ModelVersion, request: InferRequest) -> Trace | None:
+        """This request's trace if it is sampled (an ensemble step's: a child of its ensemble's trace)."""
+        parent = request.trace
+        trace = (parent.child(model.name) if parent is not None
+                 else self.tracer.start(model.name, context=request.trace_context))
+        if trace is not None:
+            trace.version, trace.request_id = model.version, request.id
+            if parent is None:
+                trace.context = request.trace_context
+            trace.event("REQUEST_START")
+        return trace
 
     def _run(self, model: ModelVersion, request: InferRequest, batch_size: int) -> Awaitable[ModelOutputs]:
         """A validated request's outputs: from the response cache where the model uses it, else from the model."""

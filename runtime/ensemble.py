@@ -212,7 +212,7 @@ class EnsembleScheduler:
         return InferRequest(model_name=step.model_name, model_version=_version_text(step), id=request.id,
                             inputs=inputs, outputs=[RequestedOutput(name) for name in step.output_map],
                             parameters=dict(request.parameters), bls_chain=request.bls_chain,
-                            caller_execution=request.caller_execution)
+                            caller_execution=request.caller_execution, trace=request.trace)
 
     async def _run_step(self, step: EnsembleStep, tensors: Tensors, request: InferRequest) -> Tensors:
         response = await self.services.infer(self._step_request(step, tensors, request))

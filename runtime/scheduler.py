@@ -133,6 +133,8 @@ class Scheduler:
         item = _Item(request, batch_size, _signature(request, self.batching),
                      asyncio.get_running_loop().create_future(), level)
         self._note_arrival(batch_size)
+        if request.trace is not None:
+            request.trace.event("QUEUE_START", item.enqueued_ns)
         self._queue.append(item)
         self._arrival.set()
         try:
@@ -300,6 +302,7 @@ class Scheduler:
         if not (timing.input_ns or timing.infer_ns or timing.output_ns):
             timing = ExecutionTiming(infer_ns=elapsed)
         self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
+        _trace_compute(batch, started, elapsed, timing)
         seconds = elapsed / 1e9
         self._exec_seconds = seconds if self._exec_seconds is None else (
             (1 - _EWMA) * self._exec_seconds + _EWMA * seconds)
@@ -401,6 +404,17 @@ def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[Reque
         offset += item.batch_size
     instance.timing.output_ns += time.perf_counter_ns() - splitting
     return results
+
+
+def _trace_compute(batch: list[_Item], started: int, elapsed: int, timing: ExecutionTiming) -> None:
+    """The compute timestamps of the batch's traced requests, from its measured execution."""
+    for item in batch:
+        trace = item.request.trace
+        if trace is not None:
+            trace.event("COMPUTE_START", started)
+            trace.event("COMPUTE_INPUT_END", started + timing.input_ns)
+            trace.event("COMPUTE_OUTPUT_START", started + elapsed - timing.output_ns)
+            trace.event("COMPUTE_END", started + elapsed)
 
 
 def _queue_timeout(request: InferRequest, policy: QueuePolicy) -> float:

@@ -19,6 +19,7 @@ from runtime.cache import ResponseCache
 from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
 from runtime.devices import gpu_count
+from runtime.extensions.tracing import Tracer, TraceSettings, trace_exporter
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.http.app import create_http_app, create_metrics_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
@@ -68,6 +69,7 @@ class ServerOptions:
     http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --http-restricted-api
     grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
     shutdown_timeout: float = 30.0
+    trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config
     model_control: str = "none"  # none | poll | explicit
     startup_models: tuple[str, ...] = ()  # explicit mode: models loaded at start ("*": all)
     model_load_concurrency: int = 4  # models loading at once (--model-load-thread-count)
@@ -109,7 +111,7 @@ class Server:
                                     options.startup_models)
         cache = ResponseCache(options.cache_size_bytes) if options.cache_size_bytes > 0 else None
         self.service = InferenceService(self.manager, self.control, options.server_name, options.strict_readiness,
-                                        cache)
+                                        cache, Tracer(options.trace, export=trace_exporter(options.trace)))
         self.exit_code = 0
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -176,6 +178,7 @@ class Server:
         stopped.cancel()
         await self._shutdown(listeners, grpc_server, background, pool)
         self.service.shared_memory.close()  # unmap every region clients registered
+        self.service.tracer.close()  # traces not yet written go to the trace file
         logger.info("stopped")
         return self.exit_code
 

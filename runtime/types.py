@@ -48,6 +48,8 @@ class InferRequest:
     execution: int = 0  # while it executes: the execution it is part of (set by the scheduler; wait_graph)
     correlation_id: int | str = 0  # the sequence it belongs to (set by the sequence scheduler)
     flags: int = 0  # the sequence's START (1) / END (2) flags for this request
+    trace: Any = None  # its trace when sampled (runtime.extensions.tracing.Trace); an ensemble step: its parent's
+    trace_context: str | None = None  # a W3C traceparent the client sent (continued in opentelemetry mode)
 
     def input_arrays(self) -> dict[str, np.ndarray]:
         return {tensor.name: tensor.data for tensor in self.inputs}

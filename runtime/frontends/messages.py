@@ -54,14 +54,15 @@ def _unpack_tensor(packed: tuple) -> InferTensor:
 def pack_request(r: InferRequest) -> tuple:
     """A decoded request (not yet validated: ``raw`` tensor contents travel as they are)."""
     return (r.model_name, r.model_version, r.id, [_pack_tensor(t) for t in r.inputs],
-            [(o.name, o.parameters) for o in r.outputs], r.parameters, r.raw_input, r.correlation_id, r.flags)
+            [(o.name, o.parameters) for o in r.outputs], r.parameters, r.raw_input, r.correlation_id, r.flags,
+            r.trace_context)
 
 
 def unpack_request(packed: tuple) -> InferRequest:
-    name, version, request_id, inputs, outputs, parameters, raw_input, correlation_id, flags = packed
+    name, version, request_id, inputs, outputs, parameters, raw_input, correlation_id, flags, context = packed
     return InferRequest(name, version, request_id, [_unpack_tensor(t) for t in inputs],
                         [RequestedOutput(n, p) for n, p in outputs], parameters, raw_input,
-                        correlation_id=correlation_id, flags=flags)
+                        correlation_id=correlation_id, flags=flags, trace_context=context)
 
 
 def pack_response(r: InferResponse) -> tuple:

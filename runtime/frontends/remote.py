@@ -172,8 +172,8 @@ class RemoteService:
     def log_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
         return self._blocking("log_settings", changes)
 
-    def trace_settings(self) -> dict[str, Any]:
-        return self._blocking("trace_settings")
+    def trace_settings(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._blocking("trace_settings", model, changes)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         key = (name, version)

@@ -126,6 +126,14 @@ def _log_value(key: str, value) -> object:
     return getattr(value, which) if which else None
 
 
+def _traceparent(context: grpc.aio.ServicerContext) -> str | None:
+    """The W3C trace context a call carries (continued by tracing in opentelemetry mode)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent" and isinstance(value, str):
+            return value
+    return None
+
+
 def _require_default_repository(request) -> None:
     if request.repository_name:
         raise Unsupported("'repository_name' specification is not supported")
@@ -183,8 +191,9 @@ class InferenceServicer:
     async def ModelInfer(self, request, context):
         if self.service.is_decoupled(request.model_name, request.model_version):
             raise Unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
-        response = await self.service.infer(decode_infer_request(request))
-        return encode_infer_response(response)
+        decoded = decode_infer_request(request)
+        decoded.trace_context = _traceparent(context)
+        return encode_infer_response(await self.service.infer(decoded))
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context
@@ -326,7 +335,14 @@ class InferenceServicer:
 
     @_unary
     async def TraceSetting(self, request, context):
-        self.service.trace_settings()
+        changes = None
+        if request.settings:  # a value list per key: trace_level's is the list, others' its one value; empty: clear
+            changes = {key: (list(value.value) if key == "trace_level" else value.value[0]) if value.value else None
+                       for key, value in request.settings.items()}
+        response = service_pb2.TraceSettingResponse()
+        for key, value in self.service.trace_settings(request.model_name, changes).items():
+            response.settings[key].value.extend(value if isinstance(value, list) else [value])
+        return response
 
     @_unary
     async def RepositoryModelLoad(self, request, context):

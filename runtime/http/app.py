@@ -142,7 +142,13 @@ class V2Endpoints:
         return JSONResponse(self.service.cuda_shared_memory_status(request.path_params.get("region", "")))
 
     async def trace_setting(self, request: Request) -> Response:
-        return JSONResponse(self.service.trace_settings())
+        changes = None
+        if request.method == "POST":
+            body = await read_body(request, 1 << 16, self.body_timeout)
+            changes = parse_json(body) if body.strip() else {}
+            if not isinstance(changes, dict):
+                raise InvalidArgument("trace settings must be a JSON object")
+        return JSONResponse(self.service.trace_settings(request.path_params.get("model_name", ""), changes))
 
     async def _control_parameters(self, request: Request) -> dict:
         body = await read_body(request, 1 << 20, self.body_timeout)

@@ -37,7 +37,7 @@ _LARGE_BODIES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-body
 # ".../versions/{model_version:int}/infer".
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
 _HEADER_LENGTH = HEADER_LENGTH.lower().encode()
-_READ_HEADERS = (b"content-length", b"content-encoding", b"accept-encoding", _HEADER_LENGTH)
+_READ_HEADERS = (b"content-length", b"content-encoding", b"accept-encoding", _HEADER_LENGTH, b"traceparent")
 _JSON = b"application/json"
 
 
@@ -72,7 +72,7 @@ class InferRoute:
                      version: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         if self.service.is_decoupled(name, version):  # answered before the body is read
             raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
-        content_length, encoding, accept_encoding, header_length = _read_headers(scope)
+        content_length, encoding, accept_encoding, header_length, traceparent = _read_headers(scope)
         declared = _declared_json_bytes(content_length, header_length)
         with self.json_budget.reserve(declared if declared > _OFFLOAD_BYTES else 0):
             chunks = await receive_asgi_body(receive, content_length, self.max_body_bytes, self.body_timeout)
@@ -84,6 +84,7 @@ class InferRoute:
                     request, binary_default = await _off_loop(_decode, *work)
                 else:
                     request, binary_default = _decode(*work)
+        request.trace_context = traceparent  # continued by tracing in opentelemetry mode
         response = await unless_disconnected(receive, self.service.infer(request))
         if sum(t.data.nbytes for t in response.outputs if t.data is not None) > _OFFLOAD_BYTES:
             return await _off_loop(_encode, response, binary_default, accept_encoding or "")
@@ -91,7 +92,8 @@ class InferRoute:
 
 
 def _read_headers(scope: Scope) -> list[str | None]:
-    """Content-Length, Content-Encoding, Accept-Encoding and the JSON header's length (the first of each)."""
+    """Content-Length, Content-Encoding, Accept-Encoding, the JSON header's length and the W3C ``traceparent``
+    (the first of each)."""
     found: list[str | None] = [None] * len(_READ_HEADERS)
     for key, value in scope["headers"]:
         if key in _READ_HEADERS:

@@ -410,7 +410,22 @@ HTTP_CASES: list[HttpCase] = [
     HttpCase("http-logging-not-a-bool", "POST", "/v2/logging", {"log_info": 1}),
     HttpCase("http-logging-bad-format", "POST", "/v2/logging", {"log_format": "fancy"}),
     HttpCase("http-logging-restore", "POST", "/v2/logging", {"log_verbose_level": 0, "log_format": "default"}),
+    # -- trace settings: the pair runs with Triton's defaults (no trace file), every change is undone ---------
     HttpCase("http-trace-setting", "GET", "/v2/trace/setting"),
+    HttpCase("http-trace-setting-rate", "POST", "/v2/trace/setting", {"trace_rate": "5", "trace_count": "3"}),
+    HttpCase("http-trace-setting-clear", "POST", "/v2/trace/setting", {"trace_rate": None, "trace_count": None}),
+    HttpCase("http-trace-setting-model", "POST", "/v2/models/add_sub/trace/setting", {"log_frequency": "2"}),
+    HttpCase("http-trace-setting-model-get", "GET", "/v2/models/add_sub/trace/setting"),
+    HttpCase("http-trace-setting-model-clear", "POST", "/v2/models/add_sub/trace/setting", {"log_frequency": None}),
+    HttpCase("http-trace-setting-unknown-model", "GET", "/v2/models/nonexistent/trace/setting"),
+    HttpCase("http-trace-setting-bad-rate", "POST", "/v2/trace/setting", {"trace_rate": "abc"}),
+    HttpCase("http-trace-setting-zero-rate", "POST", "/v2/trace/setting", {"trace_rate": "0"}),
+    HttpCase("http-trace-setting-bad-count", "POST", "/v2/trace/setting", {"trace_count": "-5"}),
+    HttpCase("http-trace-setting-level-without-file", "POST", "/v2/trace/setting", {"trace_level": ["TIMESTAMPS"]}),
+    HttpCase("http-trace-setting-file", "POST", "/v2/trace/setting", {"trace_file": "/tmp/elsewhere.json"}),
+    HttpCase("http-trace-setting-mode-ignored", "POST", "/v2/trace/setting", {"trace_mode": "opentelemetry"}),
+    HttpCase("http-trace-setting-level-not-a-list", "POST", "/v2/trace/setting", {"trace_level": "TIMESTAMPS"}),
+    HttpCase("http-trace-setting-rate-not-a-string", "POST", "/v2/trace/setting", {"trace_rate": 5}),
     HttpCase("http-system-shared-memory-status", "GET", "/v2/systemsharedmemory/status"),
     # -- CUDA shared memory, as Triton built with CUDA answers on a host without a GPU -----------------------
     HttpCase("http-cuda-shared-memory-status", "GET", "/v2/cudasharedmemory/status"),
@@ -483,6 +498,15 @@ def grpc_ensemble(model: str = "pipeline", outputs: tuple[str, ...] = ()) -> ser
         request.raw_input_contents.append(np.asarray(values, dtype=np.float32).tobytes())
     for name in outputs:
         request.outputs.add(name=name)
+    return request
+
+
+def trace_settings(model: str = "", **settings: list[str]) -> service_pb2.TraceSettingRequest:
+    """A TraceSetting request: each setting's values (an empty list clears it)."""
+    request = service_pb2.TraceSettingRequest(model_name=model)
+    for key, values in settings.items():
+        request.settings[key].SetInParent()
+        request.settings[key].value.extend(values)
     return request
 
 
@@ -707,6 +731,10 @@ GRPC_CASES: list[GrpcCase] = [
     GrpcCase("grpc-log-settings-file", "LogSettings", log_settings(log_file="/tmp/elsewhere.log")),
     GrpcCase("grpc-log-settings-restore", "LogSettings", log_settings(log_warning=True)),
     GrpcCase("grpc-trace-setting", "TraceSetting", service_pb2.TraceSettingRequest()),
+    GrpcCase("grpc-trace-setting-model", "TraceSetting", trace_settings("add_sub", trace_rate=["4"])),
+    GrpcCase("grpc-trace-setting-model-clear", "TraceSetting", trace_settings("add_sub", trace_rate=[])),
+    GrpcCase("grpc-trace-setting-bad-rate", "TraceSetting", trace_settings(trace_rate=["x"])),
+    GrpcCase("grpc-trace-setting-unknown-model", "TraceSetting", trace_settings("nonexistent")),
     GrpcCase("grpc-system-shared-memory-status", "SystemSharedMemoryStatus",
              service_pb2.SystemSharedMemoryStatusRequest()),
     GrpcCase("grpc-cuda-shared-memory-status", "CudaSharedMemoryStatus",

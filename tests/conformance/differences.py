@@ -11,7 +11,6 @@ TRITON_500 = ("Triton answers 500 (INTERNAL) to a request body it cannot read as
 TRITON_500_LOAD = ("Triton answers 500 (INTERNAL) when a load names a model, config or parameter it cannot use; it "
                    "is the client's error, so we answer 400 (INVALID_ARG) with Triton's words and the reason after "
                    "them")
-NOT_YET = "not built yet: {what} ({issue}); until then we answer what we do not serve"
 
 DIFFERENCES: dict[str, str] = {
     # -- Triton's answer is a defect a client would not want -------------------------------------------------
@@ -66,12 +65,8 @@ DIFFERENCES: dict[str, str] = {
     "http-metadata-path-traversal": ("Triton matches routes on the undecoded path and echoes '..%2F..' as a model "
                                      "name; we decode %-escapes first, so such a path never reaches a model lookup "
                                      "(404 'Not Found' from the router)"),
-    # -- not built yet -------------------------------------------------------------------------------------------
-    "http-server-metadata": "the extensions list names what we serve: trace is not built",
-    "grpc-server-metadata": "same as http-server-metadata",
-    "http-trace-setting": ("tracing is not built (OpenTelemetry export would come with it): trace settings answer "
-                           "501 / UNIMPLEMENTED 'trace is not supported by this server'"),
-    "grpc-trace-setting": "same as http-trace-setting",
+    "http-trace-setting-level-not-a-list": TRITON_500,
+    "http-trace-setting-rate-not-a-string": TRITON_500,
     "http-cuda-register-not-an-object": TRITON_500,
     "http-cuda-register-no-device": TRITON_500,
 }
