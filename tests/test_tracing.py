@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from runtime.errors import InvalidArgument, Unsupported
-from runtime.extensions.tracing import TraceSettings, Tracer, parse_trace_config
+from runtime.extensions.tracing import Tracer, TraceSettings, parse_trace_config
 from tests.conformance.models import ADD_SUB, ADD_SUB_CONFIG, DOUBLE, DOUBLE_CONFIG, ensemble_config
 from tests.support import ServerProcess, write_model
 
