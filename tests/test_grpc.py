@@ -322,7 +322,8 @@ def test_long_names_echoed_in_errors_stay_within_the_clients_limits(grpc_client,
     assert raw_info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_methods_not_served_answer_unimplemented(stub):
-    with pytest.raises(grpc.RpcError) as info:
-        stub.TraceSetting(service_pb2.TraceSettingRequest(), timeout=10)
-    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+def test_every_method_is_served_trace_settings_included(stub):
+    settings = stub.TraceSetting(service_pb2.TraceSettingRequest(), timeout=10).settings
+    assert {key: list(value.value) for key, value in settings.items()} == {
+        "trace_level": ["OFF"], "trace_rate": ["1000"], "trace_count": ["-1"], "log_frequency": ["0"],
+        "trace_file": [""], "trace_mode": ["triton"]}  # Triton's defaults
