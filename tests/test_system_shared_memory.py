@@ -163,11 +163,3 @@ def test_registrations_are_bounded(regions):
     registry.unregister()
     assert np.frombuffer(copied, np.float32).tolist() == A.tolist()  # a private copy, valid after unregistering
     assert registry.status() == []
-
-
-def test_cuda_shared_memory_answers_unsupported(served):
-    response = httpx.get(f"http://{served.http_url}/v2/cudasharedmemory/status")
-    assert response.status_code == 501 and "CUDA shared memory" in response.json()["error"]
-    client = grpcclient.InferenceServerClient(served.grpc_url)
-    with pytest.raises(InferenceServerException, match="CUDA shared memory"):
-        client.get_cuda_shared_memory_status()
