@@ -24,6 +24,7 @@ from bootstrap.settings import (
     check_restrictions,
     frontend_process_count,
     load_settings,
+    rate_limit_resources,
     restrictions,
     trace_settings,
 )
@@ -78,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace-config", action="append", metavar="[<mode>,]<setting>=<value>",
                      help="tracing, as Triton's flag: rate=N, level=TIMESTAMPS, count=N, mode=triton|opentelemetry, "
                           "triton,file=PATH, triton,log-frequency=N, opentelemetry,url=URL (repeatable)")
+    run.add_argument("--rate-limit", choices=["off", "execution_count"],
+                     help="execution_count: instances execute only while holding their rate_limiter resources "
+                          "(default off, as Triton)")
+    run.add_argument("--rate-limit-resource", action="append", metavar="<name>:<count>[:<device>]",
+                     help="a rate limiter resource's count (repeatable; default: the largest any instance asks for)")
     run.add_argument("--http-restricted-api", action="append", metavar="<API>[,<API>...]:<key>=<value>",
                      help="answer these REST API groups only to requests with this header (repeatable, as Triton)")
     run.add_argument("--grpc-restricted-protocol", action="append", metavar="<API>[,<API>...]:<key>=<value>",
@@ -156,6 +162,11 @@ def _settings(args: argparse.Namespace) -> FunctionSettings:
     if args.grpc_restricted_protocol:
         settings.grpc_restricted_protocol = tuple(args.grpc_restricted_protocol)
     check_restrictions(settings)
+    if args.rate_limit is not None:
+        settings.rate_limit = args.rate_limit
+    if args.rate_limit_resource:
+        settings.rate_limit_resources = (*settings.rate_limit_resources, *args.rate_limit_resource)
+    rate_limit_resources(settings)
     if args.trace_config:
         settings.trace_config = (*settings.trace_config, *args.trace_config)
     trace_settings(settings)
@@ -239,6 +250,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         grpc_restrictions=grpc_restrictions,
         shutdown_timeout=settings.shutdown_timeout_seconds,
         trace=trace_settings(settings),
+        rate_limit_resources=rate_limit_resources(settings),
     )
 
 

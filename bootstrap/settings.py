@@ -46,6 +46,8 @@ class FunctionSettings:
     stream_max_in_flight: int = 64
     frontend_processes: int = 0  # processes serving HTTP and gRPC besides the one owning the models (0: it serves)
     trace_config: tuple[str, ...] = ()  # Triton's --trace-config values
+    rate_limit: str = "off"  # off | execution_count (Triton's --rate-limit)
+    rate_limit_resources: tuple[str, ...] = ()  # Triton's --rate-limit-resource '<name>:<count>[:<device>]' values
     model_load_thread_count: int = 4  # models loading at once (Triton's --model-load-thread-count)
     http_restricted_api: tuple[str, ...] = ()  # Triton's '<API>[,<API>...]:<key>=<value>', each
     grpc_restricted_protocol: tuple[str, ...] = ()
@@ -176,6 +178,18 @@ def trace_settings(settings: FunctionSettings) -> TraceSettings:
         raise SettingsError(str(exc)) from None
 
 
+def rate_limit_resources(settings: FunctionSettings) -> dict[str, int] | None:
+    """The rate limiter's resource counts (None: rate limiting off); SettingsError for a malformed one."""
+    counts: dict[str, int] = {}
+    for spec in settings.rate_limit_resources:
+        name, _, rest = spec.partition(":")
+        count, _, device = rest.partition(":")
+        if not name or not count.isdigit() or (device and not device.isdigit()):
+            raise SettingsError(f"rate limit resource '{spec}': expected <name>:<count>[:<device>]")
+        counts[name] = int(count)  # one device here: a device-specific count is the resource's count
+    return counts if settings.rate_limit == "execution_count" else None
+
+
 def check_load_models(settings: FunctionSettings) -> None:
     """Models to load at start are for explicit model control only (as Triton's --load-model)."""
     if settings.load_models and settings.model_control != "explicit":
@@ -199,7 +213,8 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
                                        "sequence_slot_timeout_seconds", "execute_timeout_seconds",
                                        "send_timeout_seconds", "max_unsent_response_bytes", "stream_max_bytes",
                                        "streams_max_bytes", "http_restricted_api", "grpc_restricted_protocol",
-                                       "model_load_thread_count", "trace_config"})
+                                       "model_load_thread_count", "trace_config", "rate_limit",
+                                       "rate_limit_resources"})
     instance = _section(data, "instance", {"device"})
     auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
     storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
@@ -253,6 +268,12 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
         raise SettingsError("server.trace_config must be a list of Triton's --trace-config values")
     settings.trace_config = tuple(specs)
     trace_settings(settings)
+    settings.rate_limit = _choice(server, "rate_limit", "off", ("off", "execution_count"), "server")
+    specs = server.get("rate_limit_resources", [])
+    if not isinstance(specs, list) or not all(isinstance(spec, str) for spec in specs):
+        raise SettingsError("server.rate_limit_resources must be a list of '<name>:<count>[:<device>]'")
+    settings.rate_limit_resources = tuple(specs)
+    rate_limit_resources(settings)
     strict = server.get("strict_readiness", True)
     if not isinstance(strict, bool):
         raise SettingsError("server.strict_readiness must be true or false")

@@ -65,6 +65,8 @@ class InstanceGroupSpec:
     count: int
     gpus: tuple[int, ...] = ()
     name: str = ""
+    rate_limiter_resources: tuple[tuple[str, int], ...] = ()  # held while executing (--rate-limit=execution_count)
+    rate_limiter_priority: int = 0
 
     def instance_names(self) -> list[str]:
         """Triton's instance names: ``<group name>_<index>``."""
@@ -146,6 +148,11 @@ class ModelSpec:
 
     def output(self, name: str) -> TensorSpec | None:
         return self._outputs_by_name.get(name)
+
+    def instance_needs(self) -> list[tuple[tuple[tuple[str, int], ...], int]]:
+        """Each instance's rate-limiter resources and priority, in the order instances are created."""
+        return [(group.rate_limiter_resources, group.rate_limiter_priority)
+                for group in self.instance_groups for _ in range(group.count)]
 
     @property
     def instance_count(self) -> int:
@@ -360,6 +367,8 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
                 count=group.count,
                 gpus=tuple(group.gpus),
                 name=group.name,
+                rate_limiter_resources=tuple((r.name, r.count) for r in group.rate_limiter.resources),
+                rate_limiter_priority=group.rate_limiter.priority,
             )
         )
     batching = _dynamic_batching(config, folder_name)

@@ -25,7 +25,6 @@ REFUSED = {
 IGNORED = {
     "dynamic_batching.preserve_ordering": "each request gets its own responses in its own order; responses of "
                                           "different requests are not held back to keep arrival order",
-    "instance_group.rate_limiter": "executions are not rate limited (instances run as their count allows)",
     "instance_group.passive": "passive instances are scheduled like any other",
     "instance_group.host_policy": "host policies are not applied",
     "instance_group.secondary_devices": "secondary devices are not used",

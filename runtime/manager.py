@@ -18,6 +18,7 @@ from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailabl
 from runtime.model import UNLOADED, ModelState, ModelVersion
 from runtime.repository import CONFIG_FILE, ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
+from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 from runtime.wait_graph import WaitGraph
 
@@ -63,8 +64,10 @@ class ModelManager:
         max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE,
         sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS,
         execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.repository = repository
+        self.rate_limiter = rate_limiter  # --rate-limit=execution_count: shared by every model version
         self.max_queue_size = max_queue_size
         self.sequence_slot_timeout = sequence_slot_timeout
         self.execute_timeout = execute_timeout
@@ -221,6 +224,7 @@ class ModelManager:
         model_version = version_type(spec=spec, version=version, signature=signature,
                                      max_queue_size=self.max_queue_size,
                                      sequence_slot_timeout=self.sequence_slot_timeout, waits=self.waits,
+                                     rate_limiter=self.rate_limiter,
                                      model_dir=self.repository.model_dir(spec.name))
         if spec.is_ensemble:
             model_version.services = self.services

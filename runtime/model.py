@@ -18,6 +18,7 @@ from runtime.classification import load_labels
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
+from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS, SequenceScheduler
 from runtime.stats import FailureReason, ModelStatistics
 from runtime.types import InferRequest
@@ -49,6 +50,7 @@ class ModelVersion:
     max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS  # sequence batching: a new sequence's wait for a slot
     waits: WaitGraph | None = field(default=None, repr=False)  # the server's (its manager's): executions and waits
+    rate_limiter: RateLimiter | None = field(default=None, repr=False)  # the server's, when rate limiting is on
     instances: list[ModelHandler] = field(default_factory=list)
     stats: ModelStatistics = field(default_factory=ModelStatistics)
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> its class labels (label_filename)
@@ -106,6 +108,8 @@ class ModelVersion:
         """Create, load and warm up every instance (blocking: call from a worker thread)."""
         cls = handler_class(self.spec.handler)
         try:
+            if self.rate_limiter is not None:
+                self.rate_limiter.admit(self.name, [needs for needs, _ in self.spec.instance_needs()])
             self.load_labels()
             for context in contexts:
                 instance = cls(context)
@@ -139,7 +143,7 @@ class ModelVersion:
                                                self.max_queue_size, self.sequence_slot_timeout, self.waits)
         else:
             self.scheduler = Scheduler(self.spec, self.instances, self._executor, self.stats, self.max_queue_size,
-                                       waits=self.waits)
+                                       waits=self.waits, rate_limiter=self.rate_limiter)
         self.state, self.reason = ModelState.READY, ""
 
     @property

@@ -26,6 +26,7 @@ from handlers.base import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResu
 from runtime.config import ModelSpec, QueuePolicy
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
 from runtime.scheduling.priority_queue import PriorityQueues
+from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest
 from runtime.wait_graph import WaitGraph
@@ -73,6 +74,7 @@ class Scheduler:
         max_delay: float | None = None,  # the sequence batcher's own wait and preferred sizes (not dynamic_batching's)
         preferred_sizes: tuple[int, ...] | None = None,
         waits: WaitGraph | None = None,  # the server's, shared by every scheduler (BLS cycles are refused through it)
+        rate_limiter: RateLimiter | None = None,  # the server's, when --rate-limit=execution_count
     ) -> None:
         self.spec = spec
         self.executor = executor
@@ -102,6 +104,11 @@ class Scheduler:
         self._waits = waits if waits is not None else WaitGraph()
         self._waits.add_node(self, f"'{spec.name}'", len(instances))
         self._all_down_since: float | None = None
+        self.rate_limiter = rate_limiter
+        needs = spec.instance_needs()
+        # each instance's rate-limiter resources and priority (instances are created in the config's order)
+        self._needs = dict(zip(instances, needs, strict=True)) if rate_limiter and len(needs) == len(instances) \
+            else {}
         self._consumers = [asyncio.create_task(self._consume(i)) for i in instances]
 
     @property
@@ -275,6 +282,24 @@ class Scheduler:
             self._queue.put_back(batch)
             self._arrival.set()
             return
+        needs, priority = self._needs.get(instance, ((), 0))
+        if needs:
+            try:
+                await self.rate_limiter.acquire(needs, priority)
+            except asyncio.CancelledError:  # unloading: the queue's requests are answered by close()
+                self._queue.put_back(batch)
+                raise
+        try:
+            batch = [item for item in batch if not item.future.done()]  # some may have left while it waited
+            if batch:
+                await self._execute_batch(loop, instance, batch)
+        finally:
+            if needs:
+                self.rate_limiter.release(needs)
+
+    async def _execute_batch(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler,
+                             batch: list[_Item]) -> None:
+        """Run a taken batch on ``instance`` and answer its requests."""
         now = time.perf_counter_ns()
         execution = self._waits.begin(self) if instance.sends_requests else 0
         for item in batch:

@@ -28,6 +28,7 @@ from runtime.manager import ModelManager
 from runtime.repository import ModelRepository
 from runtime.restricted_api import RestrictedApis
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
+from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class ServerOptions:
     grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
     shutdown_timeout: float = 30.0
     trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config
+    rate_limit_resources: dict[str, int] | None = None  # --rate-limit=execution_count's counts (None: off)
     model_control: str = "none"  # none | poll | explicit
     startup_models: tuple[str, ...] = ()  # explicit mode: models loaded at start ("*": all)
     model_load_concurrency: int = 4  # models loading at once (--model-load-thread-count)
@@ -106,6 +108,8 @@ class Server:
             max_queue_size=options.default_max_queue_size,
             sequence_slot_timeout=options.sequence_slot_timeout,
             execute_timeout=options.execute_timeout,
+            rate_limiter=RateLimiter(options.rate_limit_resources) if options.rate_limit_resources is not None
+            else None,
         )
         self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source,
                                     options.startup_models)

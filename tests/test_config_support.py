@@ -38,11 +38,11 @@ def test_fields_that_change_results_fail_the_load(extra, field):
 def test_fields_that_only_tune_load_with_a_warning():
     spec = parse_model_config(BASE + """
         dynamic_batching { preserve_ordering: true }
-        instance_group [ { kind: KIND_CPU count: 1 rate_limiter { resources [ { name: "R" count: 1 } ] } } ]
+        instance_group [ { kind: KIND_CPU count: 1 passive: true } ]
         metric_tags { key: "team" value: "x" }
     """, "m")
     assert [w.split("'")[3] for w in spec.ignored_fields] == ["dynamic_batching.preserve_ordering",
-                                                             "instance_group.rate_limiter", "metric_tags"]
+                                                             "instance_group.passive", "metric_tags"]
     assert parse_model_config(BASE, "m").ignored_fields == ()
 
 
