@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace-config", action="append", metavar="[<mode>,]<setting>=<value>",
                      help="tracing, as Triton's flag: rate=N, level=TIMESTAMPS, count=N, mode=triton|opentelemetry, "
                           "triton,file=PATH, triton,log-frequency=N, opentelemetry,url=URL (repeatable)")
+    run.add_argument("--model-namespacing", choices=["true", "false"],
+                     help="Triton's flag, accepted: with one model repository, names cannot collide")
     run.add_argument("--rate-limit", choices=["off", "execution_count"],
                      help="execution_count: instances execute only while holding their rate_limiter resources "
                           "(default off, as Triton)")

@@ -196,3 +196,20 @@ def test_the_region_comes_from_the_environment_when_not_configured(tmp_path, mon
     monkeypatch.setenv("AWS_REGION", "cn-hangzhou")
     assert parse_settings({}, tmp_path).storage.region == "cn-hangzhou"
     assert parse_settings({"storage": {"region": "us-west-2"}}, tmp_path).storage.region == "us-west-2"
+
+
+def test_tritons_server_flags_are_taken_as_triton_spells_them(tmp_path):
+    repository = tmp_path / "models"
+    write_model(repository, "identity", IDENTITY_PYTHON_CONFIG, {"1/model.py": IDENTITY})
+    flags = ["--model-namespacing", "true", "--model-load-thread-count", "2", "--rate-limit", "off",
+             "--trace-config", "rate=10", "--http-restricted-api", "logging:admin=yes",
+             "--grpc-restricted-protocol", "logging:admin=yes"]
+    with ServerProcess(repository, *flags) as process:
+        assert httpx.get(f"http://{process.http_url}/v2/models/identity/ready").status_code == 200
+        assert httpx.get(f"http://{process.http_url}/v2/trace/setting").json()["trace_rate"] == "10"
+        assert httpx.get(f"http://{process.http_url}/v2/logging").status_code == 403
+    for bad in (["--trace-config", "rate=x"], ["--rate-limit-resource", "R"], ["--http-restricted-api", "x:y=z"]):
+        result = subprocess.run([sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
+                                 "--rate-limit", "execution_count", *bad], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 2 and "invalid settings" in result.stderr, (bad, result.stderr)
