@@ -12,6 +12,7 @@ from runtime.core import InferenceService
 from runtime.errors import InvalidArgument, ServingError, Status, Unsupported
 from runtime.grpc.byte_gate import DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAMS_MAX_BYTES, ByteGate, StreamBytes
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
+from runtime.grpc.stream_order import ResponseOrder
 from runtime.protocol import service_pb2
 from runtime.types import InferRequest, StreamResponse
 
@@ -199,18 +200,22 @@ class InferenceServicer:
         self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
         """Each request runs as it arrives; its responses (one, or any number from a decoupled model, each
-        marked ``triton_final_response``) or its error stream back as they come.
+        marked ``triton_final_response``) or its error stream back: a decoupled model's as they come, the others in
+        the order their requests came, as Triton sends them (``stream_order.py``).
 
         At most ``stream_max_in_flight`` requests of one stream are running or not yet fully sent, and at most
         ``stream_max_bytes`` of its requests and responses are held (``byte_gate.py``; all streams together:
         ``streams_max_bytes``): past either, the stream is not read until the client takes its responses (HTTP/2
-        flow control then holds the client back), so a client that never reads cannot grow the server.
+        flow control then holds the client back), so a client that never reads cannot grow the server.  A response
+        waiting for an earlier request's is counted once its turn comes (so it never holds bytes that earlier answer
+        needs); until then it is one of the stream's ``stream_max_in_flight``.
         """
         # (message or None, whether it ends its request, bytes it holds); None: done
         results: asyncio.Queue = asyncio.Queue()
         slots = asyncio.Semaphore(self.stream_max_in_flight)
         held = StreamBytes(self.stream_max_bytes, self.streams_bytes)
         pending: set[asyncio.Task] = set()
+        order = ResponseOrder()  # default-mode requests answer in arrival order, as in Triton
 
         async def answer(message: service_pb2.ModelStreamInferResponse | None, final: bool) -> None:
             """Queue a response (None: a bare final flag nobody asked to see) once its bytes fit."""
@@ -218,14 +223,17 @@ class InferenceServicer:
             await held.acquire(size)
             results.put_nowait((message, final, size))
 
-        async def run(message: service_pb2.ModelInferRequest | Undecodable, size: int) -> None:
-            """Run one request of ``size`` bytes; its bytes are let go once it answers, or ends."""
+        async def run(message: service_pb2.ModelInferRequest | Undecodable, size: int, turn: int | None) -> None:
+            """Run one request of ``size`` bytes; its bytes are let go once it answers, or ends.  ``turn``: its place
+            among the stream's default-mode requests (None: a decoupled model's, answered as responses come)."""
             ended = False
 
             async def reply(response: service_pb2.ModelStreamInferResponse | None, final: bool) -> None:
                 nonlocal size, ended
-                held.release(size)
+                held.release(size)  # before waiting for its turn: an earlier request's answer may need the bytes
                 size = 0
+                if turn is not None:
+                    await order.wait(turn)
                 await answer(response, final)
                 ended = final
 
@@ -245,6 +253,8 @@ class InferenceServicer:
                 await reply(service_pb2.ModelStreamInferResponse(error_message="internal server error"), True)
             finally:
                 held.release(size)
+                if turn is not None:
+                    order.end(turn)
                 if not ended:  # cancelled: free the slot all the same
                     results.put_nowait((None, True, 0))
 
@@ -258,7 +268,7 @@ class InferenceServicer:
                     break
                 size = 0 if isinstance(message, Undecodable) else message.ByteSize()
                 await held.acquire(size)
-                task = asyncio.create_task(run(message, size))
+                task = asyncio.create_task(run(message, size, None if self._decoupled(message) else order.take()))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
             await asyncio.gather(*list(pending))
@@ -281,6 +291,15 @@ class InferenceServicer:
                 entry = results.get_nowait()
                 if entry is not None:
                     held.release(entry[2])
+
+    def _decoupled(self, message: service_pb2.ModelInferRequest | Undecodable) -> bool:
+        """Whether a stream request's model answers decoupled (unknown models: no, their error takes its turn)."""
+        if isinstance(message, Undecodable):
+            return False
+        try:
+            return self.service.is_decoupled(message.model_name, message.model_version)
+        except ServingError:
+            return False
 
     @_unary
     async def LogSettings(self, request, context):

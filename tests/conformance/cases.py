@@ -547,6 +547,11 @@ def grpc_sequence(value: int, sequence_id: int | str, start: bool = False,
     return request
 
 
+def with_id(request: service_pb2.ModelInferRequest, request_id: str) -> service_pb2.ModelInferRequest:
+    request.id = request_id
+    return request
+
+
 def grpc_one(model: str, version: str = "", value: float = 1.0) -> service_pb2.ModelInferRequest:
     request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
     request.inputs.add(name="IN", datatype="FP32", shape=[1])
@@ -689,6 +694,13 @@ GRPC_CASES: list[GrpcCase] = [
     GrpcCase("grpc-stream-execute-raises", "ModelStreamInfer", [grpc_one("raising")]),
     GrpcCase("grpc-infer-decoupled", "ModelInfer", grpc_ints("repeat", [1, 2])),
     GrpcCase("grpc-stream-decoupled", "ModelStreamInfer", [grpc_ints("repeat", [4, 5, 6], "r1")]),
+    # a slow request's answer comes before a later fast one's (default mode: in request order)
+    GrpcCase("grpc-stream-answers-in-request-order", "ModelStreamInfer",
+             [with_id(grpc_one("sleepy", value=0.5), "slow"), grpc_add_sub(request_id="fast"),
+              with_id(grpc_one("sleepy", value=0.0), "after-slow")]),
+    # a decoupled request's responses do not hold back a later default-mode request's
+    GrpcCase("grpc-stream-decoupled-not-waited-for", "ModelStreamInfer",
+             [grpc_ints("repeat", [-1, 5], "r1"), grpc_add_sub(request_id="fast")]),
     GrpcCase("grpc-stream-decoupled-empty-final", "ModelStreamInfer",
              [grpc_ints("repeat", [4, 5], "r1", {"triton_enable_empty_final_response": True})]),
     GrpcCase("grpc-stream-decoupled-zero-responses", "ModelStreamInfer",

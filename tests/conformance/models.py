@@ -115,6 +115,21 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU } ]
 """
 
+# Answers its input after sleeping that many seconds.
+SLEEPY = HEADER + """
+import time
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            time.sleep(float(value[0]))
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value)]))
+        return responses
+"""
+
 # -- the Python-backend API past plain execute: decoupled, BLS, async execute, auto-complete -------------------
 REPEAT = HEADER + """
 class TritonPythonModel:
@@ -122,6 +137,8 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             for value in pb_utils.get_input_tensor_by_name(request, "IN").as_numpy():
+                if value < 0:  # a negative value is sent half a second later
+                    __import__("time").sleep(0.5)
                 sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([value], np.int32))]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
@@ -438,4 +455,5 @@ def build_repository(root: Path, label_files: bool = True) -> Path:
     write(root, "auto_complete", None, {"1/model.py": AUTO_COMPLETE})  # no config.pbtxt at all
     write(root, "auto_complete_partial", PARTIAL_CONFIG, {"1/model.py": AUTO_COMPLETE})
     write(root, "probe", PROBE_CONFIG, {"1/model.py": PROBE})
+    write(root, "sleepy", IDENTITY_CONFIG, {"1/model.py": SLEEPY})
     return root
