@@ -14,20 +14,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from runtime.api import REMOTE_CALLS
 from runtime.errors import InternalError, ServingError
 from runtime.frontends.messages import pack_response, pack_stream_response, unpack_request
 from runtime.frontends.wire import Link, open_link
 
 logger = logging.getLogger(__name__)
 
-# What a front end may call: the core's methods the protocol adapters use, nothing else.
-CALLABLE = frozenset({
-    "live", "ready", "server_metadata", "model_ready", "require_model", "model_metadata", "model_config",
-    "model_statistics", "repository_index", "register_system_shared_memory", "unregister_system_shared_memory",
-    "system_shared_memory_status", "register_cuda_shared_memory", "unregister_cuda_shared_memory",
-    "cuda_shared_memory_status", "log_settings", "trace_settings", "load_model",
-    "unload_model", "is_decoupled",
-})
+# What a front end may call: the core's interface (runtime/api.py), nothing else.
+CALLABLE = REMOTE_CALLS
 
 
 def as_serving_error(exc: BaseException) -> ServingError:

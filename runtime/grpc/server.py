@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
-from runtime.core import InferenceService
 from runtime.errors import Unauthenticated
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
@@ -88,7 +88,7 @@ def _deny(message: str, streaming: bool,
 
 
 def create_grpc_server(
-    service: InferenceService,
+    service: InferenceApi,
     address: str,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     auth: TokenAuth | None = None,

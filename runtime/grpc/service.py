@@ -1,4 +1,4 @@
-"""The GRPCInferenceService servicer: a thin adapter over :class:`InferenceService`."""
+"""The GRPCInferenceService servicer: a thin adapter over :class:`InferenceApi`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from runtime.core import InferenceService
+from runtime.api import InferenceApi
 from runtime.errors import InvalidArgument, ServingError, Status, Unsupported
 from runtime.grpc.byte_gate import DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAMS_MAX_BYTES, ByteGate, StreamBytes
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
@@ -143,7 +143,7 @@ def _require_default_repository(request) -> None:
 class InferenceServicer:
     """Implements each RPC by calling the core and converting the result."""
 
-    def __init__(self, service: InferenceService, stream_max_in_flight: int = 64,
+    def __init__(self, service: InferenceApi, stream_max_in_flight: int = 64,
                  stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES,
                  streams_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES) -> None:
         self.service = service

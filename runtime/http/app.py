@@ -1,4 +1,4 @@
-"""The V2 REST endpoints as a Starlette app: a thin adapter over :class:`InferenceService`."""
+"""The V2 REST endpoints as a Starlette app: a thin adapter over the core's interface (:class:`InferenceApi`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runtime.api import InferenceApi
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
 from runtime.cuda_shared_memory import decode_ipc_handle
@@ -52,7 +53,7 @@ def _unsigned_member(body: dict, key: str) -> int:
 class V2Endpoints:
     """Route handlers; each one parses, calls the core, and encodes."""
 
-    def __init__(self, service: InferenceService, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
+    def __init__(self, service: InferenceApi, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
         self.service = service
         self.body_timeout = body_timeout
 
@@ -214,7 +215,7 @@ class TokenAuthMiddleware:
 
 
 def create_http_app(
-    service: InferenceService,
+    service: InferenceApi,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     auth: TokenAuth | None = None,
     exempt_health: bool = True,

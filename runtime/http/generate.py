@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from runtime.core import InferenceService
+from runtime.api import InferenceApi
 from runtime.datatypes import array_from_values, array_to_values
 from runtime.errors import InvalidArgument, ServingError
 from runtime.http.body import read_body
@@ -30,7 +30,7 @@ ONE_RESPONSE = ("generate expects model to produce exactly 1 response, use gener
 EVENT_STREAM = "text/event-stream; charset=utf-8"
 
 
-def _request(service: InferenceService, name: str, version: str, body: bytes) -> InferRequest:
+def _request(service: InferenceApi, name: str, version: str, body: bytes) -> InferRequest:
     message = parse_json(body)
     if not isinstance(message, dict):
         raise InvalidArgument("the generate request must be a JSON object")
@@ -79,7 +79,7 @@ def _event(item: StreamResponse) -> dict[str, Any] | None:
 class GenerateEndpoints:
     """The two routes, over the core's stream of responses."""
 
-    def __init__(self, service: InferenceService, body_timeout: float) -> None:
+    def __init__(self, service: InferenceApi, body_timeout: float) -> None:
         self.service = service
         self.body_timeout = body_timeout
 

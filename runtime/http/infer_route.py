@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runtime.core import InferenceService
+from runtime.api import InferenceApi
 from runtime.errors import Cancelled, ServingError, Unsupported
 from runtime.http.body import ByteBudget, assemble_body, compress, receive_asgi_body
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
@@ -44,7 +44,7 @@ _JSON = b"application/json"
 class InferRoute:
     """Serves infer requests from ``service``; passes every other request to ``app``."""
 
-    def __init__(self, app: ASGIApp, service: InferenceService, max_body_bytes: int, body_timeout: float,
+    def __init__(self, app: ASGIApp, service: InferenceApi, max_body_bytes: int, body_timeout: float,
                  json_budget: ByteBudget, unsent: UnsentBytes) -> None:
         self.app = app
         self.service = service
