@@ -203,6 +203,8 @@ def _source(settings: FunctionSettings) -> ObjectStoreSource | None:
 
 
 def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None) -> ServerOptions:
+    from handlers import handler_class
+    from handlers.auto_complete import complete_config
     from runtime.grpc.limits import GrpcLimits
     from runtime.http.server import HttpLimits
     from runtime.server import ServerOptions
@@ -253,6 +255,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         shutdown_timeout=settings.shutdown_timeout_seconds,
         trace=trace_settings(settings),
         rate_limit_resources=rate_limit_resources(settings),
+        handlers=handler_class,  # the composition root hands the core its backends
+        completer=complete_config,
     )
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from handlers.base import ServerServices
 from runtime.config import ModelSpec, TensorSpec
 from runtime.ensemble_config import EnsembleStep, composing_models
 from runtime.errors import ModelLoadError, ServingError
+from runtime.handler import ServerServices
 from runtime.model import ModelState, ModelVersion
 from runtime.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor, ModelOutputs, RequestedOutput, StreamItem

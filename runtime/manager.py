@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from handlers.base import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, ServerServices
 from runtime.config import ENSEMBLE, ModelSpec
 from runtime.ensemble import EnsembleVersion, check_composing_models
 from runtime.ensemble_config import composing_models, load_order
 from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
+from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, HandlerRegistry, ServerServices
 from runtime.model import UNLOADED, ModelState, ModelVersion
 from runtime.repository import CONFIG_FILE, ModelRepository
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
@@ -65,8 +65,10 @@ class ModelManager:
         sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS,
         execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS,
         rate_limiter: RateLimiter | None = None,
+        handlers: HandlerRegistry | None = None,
     ) -> None:
         self.repository = repository
+        self.handlers = handlers  # the backends' registry (handler name -> class), from the composition root
         self.rate_limiter = rate_limiter  # --rate-limit=execution_count: shared by every model version
         self.max_queue_size = max_queue_size
         self.sequence_slot_timeout = sequence_slot_timeout
@@ -224,7 +226,7 @@ class ModelManager:
         model_version = version_type(spec=spec, version=version, signature=signature,
                                      max_queue_size=self.max_queue_size,
                                      sequence_slot_timeout=self.sequence_slot_timeout, waits=self.waits,
-                                     rate_limiter=self.rate_limiter,
+                                     rate_limiter=self.rate_limiter, handlers=self.handlers,
                                      model_dir=self.repository.model_dir(spec.name))
         if spec.is_ensemble:
             model_version.services = self.services

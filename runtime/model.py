@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from handlers import handler_class
-from handlers.base import HandlerContext, ModelHandler, first_load_alone
 from runtime.classification import load_labels
 from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
+from runtime.handler import HandlerContext, HandlerRegistry, ModelHandler, first_load_alone
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS, SequenceScheduler
@@ -51,6 +50,7 @@ class ModelVersion:
     sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS  # sequence batching: a new sequence's wait for a slot
     waits: WaitGraph | None = field(default=None, repr=False)  # the server's (its manager's): executions and waits
     rate_limiter: RateLimiter | None = field(default=None, repr=False)  # the server's, when rate limiting is on
+    handlers: HandlerRegistry | None = field(default=None, repr=False)  # the backends, from the composition root
     instances: list[ModelHandler] = field(default_factory=list)
     stats: ModelStatistics = field(default_factory=ModelStatistics)
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> its class labels (label_filename)
@@ -106,7 +106,9 @@ class ModelVersion:
 
     def load(self, contexts: list[HandlerContext]) -> None:
         """Create, load and warm up every instance (blocking: call from a worker thread)."""
-        cls = handler_class(self.spec.handler)
+        if self.handlers is None:
+            raise RuntimeError("a model version loads through the handler registry its manager was given")
+        cls = self.handlers(self.spec.handler)
         try:
             if self.rate_limiter is not None:
                 self.rate_limiter.admit(self.name, [needs for needs, _ in self.spec.instance_needs()])

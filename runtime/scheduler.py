@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from handlers.base import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
 from runtime.config import ModelSpec, QueuePolicy
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
+from runtime.handler import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
 from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.stats import ModelStatistics

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from handlers.base import ModelHandler
 from runtime.datatypes import numpy_dtype
 from runtime.errors import InvalidArgument, Unavailable
+from runtime.handler import ModelHandler
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler, requested_timeout
 from runtime.sequence_config import SequenceSpec
 from runtime.stats import ModelStatistics

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from handlers.auto_complete import complete_config
-from handlers.base import DEFAULT_EXECUTE_TIMEOUT_SECONDS
 from runtime.auth import TokenAuth
 from runtime.cache import ResponseCache
 from runtime.control import ModelControl, RepositorySource
@@ -21,11 +19,12 @@ from runtime.core import InferenceService
 from runtime.devices import gpu_count
 from runtime.extensions.tracing import Tracer, TraceSettings, trace_exporter
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
+from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerRegistry
 from runtime.http.app import create_http_app, create_metrics_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer
 from runtime.manager import ModelManager
-from runtime.repository import ModelRepository
+from runtime.repository import ConfigCompleter, ModelRepository
 from runtime.restricted_api import RestrictedApis
 from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.rate_limiter import RateLimiter
@@ -80,6 +79,10 @@ class ServerOptions:
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
     cache_size_bytes: int = 0  # the response cache's budget (0: no cache)
     frontend_processes: int = 0  # >0: that many processes serve HTTP and gRPC, this one the models (frontends/)
+    # From the composition root (bootstrap), so that runtime never imports a backend: the backends' registry, and
+    # the auto-complete that fills in configs (Triton's), used unless auto_complete_config is off.
+    handlers: HandlerRegistry | None = None
+    completer: ConfigCompleter | None = None
 
 
 def _end_process_after(seconds: float, code: int) -> None:
@@ -101,7 +104,7 @@ class Server:
         self.options = options
         self.manager = ModelManager(
             ModelRepository(options.model_repository, gpu_count() if options.use_gpu else 0,
-                            completer=complete_config if options.auto_complete_config else None),
+                            completer=options.completer if options.auto_complete_config else None),
             use_gpu=options.use_gpu,
             load_concurrency=options.model_load_concurrency,
             drain_timeout=options.shutdown_timeout,
@@ -110,6 +113,7 @@ class Server:
             execute_timeout=options.execute_timeout,
             rate_limiter=RateLimiter(options.rate_limit_resources) if options.rate_limit_resources is not None
             else None,
+            handlers=options.handlers,
         )
         self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source,
                                     options.startup_models)

@@ -40,8 +40,11 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool) ->
     body = body_file.read_bytes()
     headers = [(b"host", b"bench"), (b"content-length", str(len(body)).encode())]
     headers += [tuple(part.strip().lower().encode() for part in line.split(":", 1)) for line in header_lines]
+    from handlers import handler_class
+    from handlers.auto_complete import complete_config
+
     server = Server(ServerOptions(model_repository=repository, http_port=None, grpc_port=None, metrics_port=None,
-                                  use_gpu=False))
+                                  use_gpu=False, handlers=handler_class, completer=complete_config))
     server.service.loop = asyncio.get_running_loop()
     await server.control.initial_load()
     app = create_http_app(server.service)
