@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from runtime.model import ModelState
+from runtime.models.model import ModelState
 from runtime.server import Server, ServerOptions
 
 

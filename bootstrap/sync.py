@@ -43,9 +43,9 @@ from bootstrap.storage import (
     make_client,
     unsafe_key_reason,
 )
-from runtime.config import version_policy_of
 from runtime.errors import ModelLoadError
-from runtime.repository import (
+from runtime.models.config import version_policy_of
+from runtime.models.repository import (
     CONFIG_FILE,
     CONFIG_OPTIONAL_MODEL_FILES,
     MAX_CONFIG_BYTES,

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import ModelLoadError
+from runtime.models.repository import newest_model_file
 from runtime.protocol.model_config_pb2 import DataType, ModelConfig
-from runtime.repository import newest_model_file
 
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=onnxruntime,default-max-batch-size default
 ONNX_MODEL_FILE = "model.onnx"

@@ -11,20 +11,20 @@ from typing import Any
 import numpy as np
 
 from runtime import __version__
-from runtime.cache import ResponseCache, through_cache
-from runtime.classification import classify, requested_count
-from runtime.config import ModelSpec
-from runtime.control import ModelControl
-from runtime.cuda_shared_memory import CudaSharedMemoryRegistry
-from runtime.custom_metrics import CustomMetrics
 from runtime.datatypes import datatype_of
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unsupported
+from runtime.extensions.classification import classify, requested_count
+from runtime.extensions.cuda_shared_memory import CudaSharedMemoryRegistry
+from runtime.extensions.custom_metrics import CustomMetrics
+from runtime.extensions.log_settings import ServerLog
+from runtime.extensions.response_cache import ResponseCache, through_cache
+from runtime.extensions.shared_memory import SharedMemoryRegistry, resolve_inputs, write_outputs
 from runtime.extensions.tracing import Trace, Tracer
-from runtime.log_settings import ServerLog
-from runtime.manager import ModelManager, parse_version
-from runtime.model import ModelVersion
-from runtime.shared_memory import SharedMemoryRegistry, resolve_inputs, write_outputs
-from runtime.streaming import stream_responses
+from runtime.models.config import ModelSpec
+from runtime.models.control import ModelControl
+from runtime.models.manager import ModelManager, parse_version
+from runtime.models.model import ModelVersion
+from runtime.scheduling.streaming import stream_responses
 from runtime.types import InferRequest, InferResponse, InferTensor, ModelOutputs, RequestedOutput, StreamResponse
 from runtime.validation import expected_shape, validate_request
 

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError
+from runtime.models.config import ModelSpec
 from runtime.types import InferRequest
 
 # How long one execution may run (server.execute_timeout_seconds; a Python model's execute_timeout_seconds parameter
@@ -139,7 +139,8 @@ class StartedExecution(Protocol):
 
 class ModelHandler(abc.ABC):
     """A loaded model instance.  ``execute`` runs in a worker thread; a CPU :class:`TensorHandler` measured to
-    run in well under a millisecond may run on the event loop (``runtime.scheduler``), so it must not block on it.
+    run in well under a millisecond may run on the event loop (``runtime.scheduling.scheduler``), so it must not
+    block on it.
 
     An instance runs one execution at a time; ``timing`` holds the phases of the current one.
     """
@@ -173,7 +174,7 @@ class ModelHandler(abc.ABC):
     in_process_framework = False
 
     # Whether an execution may send requests of its own and wait for them (a Python model's BLS calls): only
-    # such executions are tracked for wait cycles (runtime/wait_graph.py).
+    # such executions are tracked for wait cycles (runtime/scheduling/wait_graph.py).
     sends_requests = False
 
     @property
@@ -242,5 +243,5 @@ class TensorHandler(ModelHandler):
         return results
 
 
-# The backends' registry, as the composition root passes it in: a handler name (runtime/config.py) -> its class.
+# The backends' registry, as the composition root passes it in: a handler name (runtime/models/config.py) -> its class.
 HandlerRegistry = Callable[[str], type[ModelHandler]]

@@ -13,22 +13,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.auth import TokenAuth
-from runtime.cache import ResponseCache
-from runtime.control import ModelControl, RepositorySource
 from runtime.core import InferenceService
 from runtime.devices import gpu_count
+from runtime.extensions.response_cache import ResponseCache
 from runtime.extensions.tracing import Tracer, TraceSettings, trace_exporter
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerRegistry
 from runtime.http.app import create_http_app, create_metrics_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer
-from runtime.manager import ModelManager
-from runtime.repository import ConfigCompleter, ModelRepository
+from runtime.models.control import ModelControl, RepositorySource
+from runtime.models.manager import ModelManager
+from runtime.models.repository import ConfigCompleter, ModelRepository
 from runtime.restricted_api import RestrictedApis
-from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.rate_limiter import RateLimiter
-from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
+from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
+from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from runtime.frontends.pool import FrontEndPool

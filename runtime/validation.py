@@ -12,10 +12,10 @@ import struct
 
 import numpy as np
 
-from runtime.classification import requested_count
-from runtime.config import ModelSpec, TensorSpec
 from runtime.datatypes import DATATYPES, deserialize_bytes, element_count, numpy_dtype, wire_dtype
 from runtime.errors import InvalidArgument
+from runtime.extensions.classification import requested_count
+from runtime.models.config import ModelSpec, TensorSpec
 from runtime.types import InferRequest, InferTensor
 
 BATCH_NOTE = (

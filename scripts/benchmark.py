@@ -252,7 +252,7 @@ def server_session_options(config_text: str):
     import onnxruntime as ort
 
     from handlers.onnx_options import session_plan
-    from runtime.config import parse_model_config
+    from runtime.models.config import parse_model_config
 
     spec = parse_model_config(config_text, "dense")
     return session_plan(ort, spec.proto, spec.parameters, False, 0).options

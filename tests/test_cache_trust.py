@@ -16,7 +16,7 @@ import pytest
 from bootstrap.cache import CacheError, default_cache_dir, ensure_private_dir
 from bootstrap.storage import StorageError
 from bootstrap.sync import RepositorySync, SyncError
-from runtime.repository import ModelRepository
+from runtime.models.repository import ModelRepository
 from tests.conftest import S3_ENV
 from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source
 from tests.test_sync import files_under, make_sync, upload_versioned

@@ -10,7 +10,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from examples.build_models import build_add_sub_onnx
-from runtime.classification import classify
+from runtime.extensions.classification import classify
 from tests.support import ServerProcess, write_model
 
 CONFIG = """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.config import VersionPolicy, parse_model_config
 from runtime.errors import ModelLoadError
+from runtime.models.config import VersionPolicy, parse_model_config
 
 ONNX = """
 platform: "onnxruntime_onnx"
@@ -117,7 +117,7 @@ def test_version_policy_selection(policy, available, selected):
     (["1/model.netdef"], "", ""),  # no platform to detect: the config check says so
 ])
 def test_a_config_without_platform_or_backend_gets_them_from_the_model_file(tmp_path, files, platform, backend):
-    from runtime.repository import ModelRepository
+    from runtime.models.repository import ModelRepository
 
     folder = tmp_path / "m"
     for relative in files:

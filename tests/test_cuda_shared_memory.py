@@ -8,8 +8,8 @@ import base64
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from runtime.cuda_shared_memory import IPC_HANDLE_BYTES, CudaSharedMemoryRegistry, decode_ipc_handle
 from runtime.errors import InvalidArgument, NotFound
+from runtime.extensions.cuda_shared_memory import IPC_HANDLE_BYTES, CudaSharedMemoryRegistry, decode_ipc_handle
 
 HANDLE = base64.b64encode(bytes(IPC_HANDLE_BYTES)).decode()
 

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from runtime.cache import ARRAY_OVERHEAD_BYTES, ENTRY_OVERHEAD_BYTES, ResponseCache
+from runtime.extensions.response_cache import ARRAY_OVERHEAD_BYTES, ENTRY_OVERHEAD_BYTES, ResponseCache
 from runtime.types import InferRequest, InferTensor, ModelOutputs, RequestedOutput
 from tests.support import ServerProcess, write_model
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from handlers.base import HandlerContext, ModelHandler, TensorHandler
-from runtime import scheduler as scheduler_module
-from runtime.config import parse_model_config
 from runtime.errors import Unavailable
-from runtime.scheduler import INLINE_INPUT_BYTES, INLINE_SECONDS, Scheduler, _Item, _signature
-from runtime.stats import ModelStatistics
+from runtime.models.config import parse_model_config
+from runtime.scheduling import scheduler as scheduler_module
+from runtime.scheduling.scheduler import INLINE_INPUT_BYTES, INLINE_SECONDS, Scheduler, _Item, _signature
+from runtime.scheduling.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor
 
 CONFIG = """

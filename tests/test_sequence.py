@@ -372,9 +372,9 @@ def test_implicit_state_is_carried_per_sequence_and_reset_at_start(tmp_path, bac
 def test_the_sequence_batchers_own_queue_delay_and_preferred_sizes_drive_its_batching():
     from concurrent.futures import ThreadPoolExecutor
 
-    from runtime.config import parse_model_config
-    from runtime.scheduler import Scheduler
-    from runtime.stats import ModelStatistics
+    from runtime.models.config import parse_model_config
+    from runtime.scheduling.scheduler import Scheduler
+    from runtime.scheduling.stats import ModelStatistics
 
     base = """backend: "python"
         max_batch_size: 8
@@ -404,6 +404,6 @@ def test_the_sequence_batchers_own_queue_delay_and_preferred_sizes_drive_its_bat
     ("order-42", "BYTES", "order-42"),
 ])
 def test_a_string_id_in_a_numeric_corrid_control_reads_as_tritons(ident, datatype, expected):
-    from runtime.sequence import _corrid_value
+    from runtime.scheduling.sequence import _corrid_value
 
     assert _corrid_value(ident, datatype) == expected

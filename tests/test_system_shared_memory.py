@@ -16,7 +16,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from runtime.errors import AlreadyExists, InvalidArgument
-from runtime.shared_memory import SharedMemoryRegistry
+from runtime.extensions.shared_memory import SharedMemoryRegistry
 from tests.add_sub_models import PYTHON_ADD_SUB
 from tests.support import ServerProcess, write_model
 

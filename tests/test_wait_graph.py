@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime.errors import Unavailable
-from runtime.wait_graph import WaitGraph
+from runtime.scheduling.wait_graph import WaitGraph
 
 
 def _graph(**capacities: int) -> WaitGraph:

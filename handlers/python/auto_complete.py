@@ -14,10 +14,10 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from runtime.config import config_to_json_dict
 from runtime.errors import ModelLoadError
+from runtime.models.config import config_to_json_dict
+from runtime.models.repository import PYTHON_MODEL_FILE, newest_model_file
 from runtime.protocol.model_config_pb2 import ModelConfig
-from runtime.repository import PYTHON_MODEL_FILE, newest_model_file
 
 AUTO_COMPLETE_TIMEOUT = 120.0
 

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
-from runtime.classification import PARAMETER as CLASSIFICATION
 from runtime.datatypes import array_to_buffer, numpy_dtype
 from runtime.errors import InvalidArgument
+from runtime.extensions.classification import PARAMETER as CLASSIFICATION
+from runtime.extensions.shared_memory import REGION_PARAMETER, require_no_regions
 from runtime.protocol import service_pb2
-from runtime.shared_memory import REGION_PARAMETER, require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 # Typed ``contents`` field that carries each datatype (FP16 has none: raw contents only).

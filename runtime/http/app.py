@@ -16,8 +16,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from runtime.api import InferenceApi
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
-from runtime.cuda_shared_memory import decode_ipc_handle
 from runtime.errors import InvalidArgument, ServingError, Unauthenticated, Unsupported
+from runtime.extensions.cuda_shared_memory import decode_ipc_handle
 from runtime.http.body import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_JSON_BUDGET_BYTES,
@@ -97,14 +97,18 @@ class V2Endpoints:
             ready_only = options.get("ready", False)
         return JSONResponse(self.service.repository_index(ready_only))
 
+    async def _setting_changes(self, request: Request, what: str) -> dict | None:
+        """A settings update's JSON object (POST; an empty body changes nothing), None for a GET."""
+        if request.method != "POST":
+            return None
+        body = await read_body(request, 1 << 16, self.body_timeout)
+        changes = parse_json(body) if body.strip() else {}
+        if not isinstance(changes, dict):
+            raise InvalidArgument(f"{what} must be a JSON object")
+        return changes
+
     async def logging(self, request: Request) -> Response:
-        changes = None
-        if request.method == "POST":
-            body = await read_body(request, 1 << 16, self.body_timeout)
-            changes = parse_json(body) if body.strip() else {}
-            if not isinstance(changes, dict):
-                raise InvalidArgument("log settings must be a JSON object")
-        return JSONResponse(self.service.log_settings(changes))
+        return JSONResponse(self.service.log_settings(await self._setting_changes(request, "log settings")))
 
     async def register_system_shared_memory(self, request: Request) -> Response:
         body = parse_json(await read_body(request, 1 << 16, self.body_timeout))
@@ -143,12 +147,7 @@ class V2Endpoints:
         return JSONResponse(self.service.cuda_shared_memory_status(request.path_params.get("region", "")))
 
     async def trace_setting(self, request: Request) -> Response:
-        changes = None
-        if request.method == "POST":
-            body = await read_body(request, 1 << 16, self.body_timeout)
-            changes = parse_json(body) if body.strip() else {}
-            if not isinstance(changes, dict):
-                raise InvalidArgument("trace settings must be a JSON object")
+        changes = await self._setting_changes(request, "trace settings")
         return JSONResponse(self.service.trace_settings(request.path_params.get("model_name", ""), changes))
 
     async def _control_parameters(self, request: Request) -> dict:
@@ -293,14 +292,14 @@ def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None)
         nonlocal registry
         with making:
             if registry is None:
-                from runtime.metrics import metrics_registry
+                from runtime.extensions.metrics import metrics_registry
 
                 made = metrics_registry(service.manager, service.cache)
                 made.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
                 registry = made
 
     async def metrics(request: Request) -> Response:
-        from runtime.metrics import CONTENT_TYPE, render_metrics
+        from runtime.extensions.metrics import CONTENT_TYPE, render_metrics
 
         prepare_metrics()
         return Response(render_metrics(registry), media_type=CONTENT_TYPE)

@@ -13,8 +13,8 @@ import msgspec
 
 from runtime.datatypes import DATATYPES, array_to_buffer, for_input
 from runtime.errors import InvalidArgument
+from runtime.extensions.shared_memory import REGION_PARAMETER, require_no_regions
 from runtime.http.json_data import array_from_json, cut_out_arrays, dumps, json_fragment
-from runtime.shared_memory import REGION_PARAMETER, require_no_regions
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 HEADER_LENGTH = "Inference-Header-Content-Length"

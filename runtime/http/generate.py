@@ -18,10 +18,10 @@ from starlette.responses import Response, StreamingResponse
 from runtime.api import InferenceApi
 from runtime.datatypes import array_from_values, array_to_values
 from runtime.errors import InvalidArgument, ServingError
+from runtime.extensions.shared_memory import require_no_regions
 from runtime.http.body import read_body
 from runtime.http.codec import parse_json
 from runtime.http.json_data import dumps
-from runtime.shared_memory import require_no_regions
 from runtime.types import InferRequest, InferTensor, StreamResponse
 
 MAX_GENERATE_BODY_BYTES = 64 << 20

@@ -1,1 +1,2 @@
-"""Queues and batching (the dynamic batcher's request queue by priority level)."""
+"""Queues and batching: the dynamic batcher, priority levels, the rate limiter, sequences, ensembles, and the
+statistics they keep."""

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Iterator
 import psutil
 from prometheus_client.core import CollectorRegistry, Metric
 
-from runtime.cache import ResponseCache
 from runtime.devices import gpu_count
-from runtime.manager import ModelManager
-from runtime.model import ModelVersion
+from runtime.extensions.response_cache import ResponseCache
+from runtime.models.manager import ModelManager
+from runtime.models.model import ModelVersion
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

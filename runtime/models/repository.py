@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.config import ModelSpec, read_model_config, read_model_config_json, spec_from_config
 from runtime.errors import ModelLoadError
+from runtime.models.config import ModelSpec, read_model_config, read_model_config_json, spec_from_config
 from runtime.protocol.model_config_pb2 import ModelConfig
 
 # Completes a model's config as written (Triton's auto-complete: a Python model's auto_complete_config, an ONNX

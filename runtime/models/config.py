@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from runtime.config_support import check_supported
 from runtime.datatypes import DATATYPES, config_type_to_datatype
-from runtime.ensemble_config import EnsembleStep, ensemble_steps
 from runtime.errors import ModelLoadError
+from runtime.models.config_support import check_supported
 from runtime.protocol import model_config_pb2
-from runtime.sequence_config import SequenceSpec, sequence_spec
+from runtime.scheduling.ensemble_config import EnsembleStep, ensemble_steps
+from runtime.scheduling.sequence_config import SequenceSpec, sequence_spec
 
 ModelConfig = model_config_pb2.ModelConfig
 

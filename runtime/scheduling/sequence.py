@@ -28,11 +28,11 @@ import numpy as np
 from runtime.datatypes import numpy_dtype
 from runtime.errors import InvalidArgument, Unavailable
 from runtime.handler import ModelHandler
-from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler, requested_timeout
-from runtime.sequence_config import SequenceSpec
-from runtime.stats import ModelStatistics
+from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler, requested_timeout
+from runtime.scheduling.sequence_config import SequenceSpec
+from runtime.scheduling.stats import ModelStatistics
+from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest, InferTensor
-from runtime.wait_graph import WaitGraph
 
 START, END = 1, 2  # request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END)
 # How long a new sequence waits for a slot by default (server.sequence_slot_timeout_seconds): Triton waits without

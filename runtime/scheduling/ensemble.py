@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from runtime.config import ModelSpec, TensorSpec
-from runtime.ensemble_config import EnsembleStep, composing_models
 from runtime.errors import ModelLoadError, ServingError
 from runtime.handler import ServerServices
-from runtime.model import ModelState, ModelVersion
-from runtime.stats import ModelStatistics
+from runtime.models.config import ModelSpec, TensorSpec
+from runtime.models.model import ModelState, ModelVersion
+from runtime.scheduling.ensemble_config import EnsembleStep, composing_models
+from runtime.scheduling.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor, ModelOutputs, RequestedOutput, StreamItem
 
 # What Triton's ensembles put in every response (a client of a sequence-less ensemble sees zeros).

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.classification import load_labels
-from runtime.config import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
+from runtime.extensions.classification import load_labels
 from runtime.handler import HandlerContext, HandlerRegistry, ModelHandler, first_load_alone
-from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
+from runtime.models.config import ModelSpec
+from runtime.models.warmup import run_warmup
 from runtime.scheduling.rate_limiter import RateLimiter
-from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS, SequenceScheduler
-from runtime.stats import FailureReason, ModelStatistics
+from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
+from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS, SequenceScheduler
+from runtime.scheduling.stats import FailureReason, ModelStatistics
+from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest
-from runtime.wait_graph import WaitGraph
-from runtime.warmup import run_warmup
 
 logger = logging.getLogger(__name__)
 

@@ -10,17 +10,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runtime.config import ENSEMBLE, ModelSpec
-from runtime.ensemble import EnsembleVersion, check_composing_models
-from runtime.ensemble_config import composing_models, load_order
 from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, HandlerRegistry, ServerServices
-from runtime.model import UNLOADED, ModelState, ModelVersion
-from runtime.repository import CONFIG_FILE, ModelRepository
-from runtime.scheduler import DEFAULT_MAX_QUEUE_SIZE
+from runtime.models.config import ENSEMBLE, ModelSpec
+from runtime.models.model import UNLOADED, ModelState, ModelVersion
+from runtime.models.repository import CONFIG_FILE, ModelRepository
+from runtime.scheduling.ensemble import EnsembleVersion, check_composing_models
+from runtime.scheduling.ensemble_config import composing_models, load_order
 from runtime.scheduling.rate_limiter import RateLimiter
-from runtime.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
-from runtime.wait_graph import WaitGraph
+from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
+from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
+from runtime.scheduling.wait_graph import WaitGraph
 
 logger = logging.getLogger(__name__)
 _LEADING_INTEGER = re.compile(r"\s*[+-]?\d+")

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from runtime.config import ModelSpec, QueuePolicy
 from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
 from runtime.handler import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
+from runtime.models.config import ModelSpec, QueuePolicy
 from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.scheduling.rate_limiter import RateLimiter
-from runtime.stats import ModelStatistics
+from runtime.scheduling.stats import ModelStatistics
+from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest
-from runtime.wait_graph import WaitGraph
 
 logger = logging.getLogger(__name__)
 

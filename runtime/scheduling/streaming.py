@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from runtime.errors import ServingError
-from runtime.model import ModelVersion
+from runtime.models.model import ModelVersion
 from runtime.types import InferRequest, InferResponse, ResponseStream, StreamItem, StreamResponse
 
 BuildResponse = Callable[..., InferResponse]
