@@ -20,13 +20,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from runtime.errors import InternalError, InvalidArgument, ServingError, Unavailable
+from runtime.errors import InternalError, Unavailable
 from runtime.handler import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
 from runtime.models.config import ModelSpec, QueuePolicy
+from runtime.scheduling.batch_run import run_concatenated, trace_compute
 from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.scheduling.rate_limiter import RateLimiter
+from runtime.scheduling.request_parameters import queue_timeout, requested_priority
 from runtime.scheduling.stats import ModelStatistics
 from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest
@@ -133,7 +133,7 @@ class Scheduler:
         bound = policy.max_queue_size if policy.max_queue_size > 0 else self.default_max_queue_size
         if self._queue.size(level) >= bound:
             raise Unavailable(f"Exceeds maximum queue size ({bound}) of model '{self.spec.name}'")
-        timeout = _queue_timeout(request, policy)
+        timeout = queue_timeout(request, policy)
         caller = request.caller_execution
         if caller:
             self._waits.wait(caller, self)  # refused here if the caller could only wait forever
@@ -327,7 +327,7 @@ class Scheduler:
         if not (timing.input_ns or timing.infer_ns or timing.output_ns):
             timing = ExecutionTiming(infer_ns=elapsed)
         self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
-        _trace_compute(batch, started, elapsed, timing)
+        trace_compute(batch, started, elapsed, timing)
         seconds = elapsed / 1e9
         self._exec_seconds = seconds if self._exec_seconds is None else (
             (1 - _EWMA) * self._exec_seconds + _EWMA * seconds)
@@ -396,79 +396,8 @@ class Scheduler:
         if not self.concatenate or len(batch) == 1:
             results = instance.execute(requests)
         else:
-            results = _run_concatenated(instance, batch)
+            results = run_concatenated(instance, batch)
         seconds = time.perf_counter() - started
         previous = self._run_seconds
         self._run_seconds = seconds if previous is None else (1 - _EWMA) * previous + _EWMA * seconds
         return self._checked(results, len(requests))
-
-
-def _run_concatenated(instance: TensorHandler, batch: list[_Item]) -> list[RequestResult]:
-    started = time.perf_counter_ns()
-    names = [t.name for t in batch[0].request.inputs]
-    inputs = {name: np.concatenate([item.request.input_arrays()[name] for item in batch]) for name in names}
-    instance.timing.input_ns += time.perf_counter_ns() - started
-    try:
-        outputs = instance.run(inputs)
-    except ServingError:
-        # One bad request must not fail its neighbours: run each alone to isolate it.
-        instance.timing = ExecutionTiming()
-        return instance.execute([item.request for item in batch])
-    splitting = time.perf_counter_ns()
-    total = sum(item.batch_size for item in batch)
-    results: list[RequestResult] = []
-    offset = 0
-    for item in batch:
-        sliced = {}
-        for name, array in outputs.items():
-            if array.ndim == 0 or array.shape[0] != total:
-                error = InternalError(f"output '{name}' has batch dim {array.shape[:1]}, expected {total}")
-                return [error] * len(batch)
-            sliced[name] = array[offset : offset + item.batch_size]
-        results.append(sliced)
-        offset += item.batch_size
-    instance.timing.output_ns += time.perf_counter_ns() - splitting
-    return results
-
-
-def _trace_compute(batch: list[_Item], started: int, elapsed: int, timing: ExecutionTiming) -> None:
-    """The compute timestamps of the batch's traced requests, from its measured execution."""
-    for item in batch:
-        trace = item.request.trace
-        if trace is not None:
-            trace.event("COMPUTE_START", started)
-            trace.event("COMPUTE_INPUT_END", started + timing.input_ns)
-            trace.event("COMPUTE_OUTPUT_START", started + elapsed - timing.output_ns)
-            trace.event("COMPUTE_END", started + elapsed)
-
-
-def _queue_timeout(request: InferRequest, policy: QueuePolicy) -> float:
-    """Seconds a request may wait in the queue (0: no limit), as Triton's queue policy decides: the policy's
-    default, or the request's own ``timeout`` (µs) where the policy allows overriding with a shorter one."""
-    requested = requested_timeout(request)
-    if policy.timeout_action == "DELAY":
-        return 0.0
-    default = policy.default_timeout_microseconds / 1e6
-    if requested and policy.allow_timeout_override and (not default or requested < default):
-        return requested
-    return default
-
-
-def requested_priority(request: InferRequest) -> int:
-    """The request's ``priority`` parameter (0, the default level, when absent)."""
-    value = request.parameters.get("priority", 0)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidArgument("Unable to parse 'priority': attempt to access JSON non-unsigned-integer as "
-                              "unsigned-integer")
-    return value
-
-
-def requested_timeout(request: InferRequest) -> float:
-    """The request's ``timeout`` parameter, in seconds (0 when absent)."""
-    value = request.parameters.get("timeout")
-    if value is None:
-        return 0.0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidArgument("Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as "
-                              "unsigned-integer")
-    return value / 1e6
