@@ -7,7 +7,6 @@ report has one row per model version (or per model that failed before it had ver
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -33,9 +32,8 @@ class CheckRow:
 async def check_repository(options: ServerOptions, unload_timeout: float = 30.0) -> list[CheckRow]:
     """Load every model of ``options.model_repository`` (after syncing it, for object storage) and report."""
     server = Server(options)
-    server.service.loop = asyncio.get_running_loop()
     try:
-        await server.control.initial_load()
+        await server.service.load_initial_models()
         rows = server.manager.index()
     finally:
         await server.manager.unload_all(time.monotonic() + unload_timeout)

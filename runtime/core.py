@@ -72,8 +72,20 @@ class InferenceService:
         try:
             self.loop = asyncio.get_running_loop()
         except RuntimeError:
-            pass  # set by the server once its loop runs
+            pass  # set by load_initial_models, on the loop that serves
         manager.services = self
+
+    # -- lifecycle (called by the server, never by an adapter) ---------------------------------------------
+    async def load_initial_models(self) -> None:
+        """The cold start, on the loop that serves: every model the control mode loads at start; readiness then
+        answers as ``strict_readiness`` says."""
+        self.loop = asyncio.get_running_loop()
+        await self.control.initial_load()
+        self.initial_load_done = True
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM's drain began: readiness answers no from here on."""
+        self.shutting_down = True
 
     # -- health and metadata -------------------------------------------------
     def live(self) -> bool:

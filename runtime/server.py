@@ -129,7 +129,6 @@ class Server:
         unload, all within ``shutdown_timeout``; what still runs then is cut off (exit code 3).
         """
         options = self.options
-        self.service.loop = asyncio.get_running_loop()
         auth = TokenAuth(options.auth_token) if options.auth_token else None
         if auth is None:
             logger.warning("no auth token configured: every endpoint is open to anyone who can reach it")
@@ -210,7 +209,7 @@ class Server:
         deadline = time.monotonic() + timeout
         _end_process_after(timeout + EXIT_GRACE_SECONDS, EXIT_CUT_OFF)
         logger.info("shutting down: draining in-flight requests (at most %gs)", timeout)
-        self.service.shutting_down = True
+        self.service.begin_shutdown()
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
@@ -228,13 +227,12 @@ class Server:
     async def _initial_load(self, stop: asyncio.Event, listening: asyncio.Event,
                             after_load: list[Callable[[], None]]) -> None:
         try:
-            await self.control.initial_load()
+            await self.service.load_initial_models()
         except Exception as exc:  # noqa: BLE001 - a cold start that cannot list its models is fatal
             logger.error("cold start failed: %s", exc)
             self.exit_code = EXIT_FAILED
             stop.set()
             return
-        self.service.initial_load_done = True
         ready = sum(1 for row in self.manager.index() if row.get("state") == "READY")
         logger.info("initial load finished: %d model version(s) ready", ready)
         await listening.wait()

@@ -45,8 +45,7 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool) ->
 
     server = Server(ServerOptions(model_repository=repository, http_port=None, grpc_port=None, metrics_port=None,
                                   use_gpu=False, handlers=handler_class, completer=complete_config))
-    server.service.loop = asyncio.get_running_loop()
-    await server.control.initial_load()
+    await server.service.load_initial_models()
     app = create_http_app(server.service)
     path = f"/v2/models/{model}/infer"
     statuses: dict[int, int] = {}

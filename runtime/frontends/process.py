@@ -80,7 +80,7 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
     waits = [asyncio.create_task(stop.wait())] + ([http.task] if http is not None and http.task else [])
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     heartbeat.cancel()
-    service.shutting_down = True
+    service.begin_shutdown()
     timeout = settings.shutdown_timeout
     stops = [http.stop(timeout)] if http is not None else []
     if grpc_server is not None:

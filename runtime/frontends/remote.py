@@ -43,6 +43,10 @@ class RemoteService:
         self.lost = False
         self.shutting_down = False
 
+    def begin_shutdown(self) -> None:
+        """SIGTERM's drain began in this front end: readiness answers no from here on."""
+        self.shutting_down = True
+
     async def connect(self) -> None:
         self._channel = await open_link(self._link, self._on_answer)
         self._channel.closed.add_done_callback(lambda _: self._lose())
