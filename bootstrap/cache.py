@@ -12,10 +12,12 @@ import stat
 import tempfile
 from pathlib import Path
 
+from bootstrap.errors import BootstrapError
+
 APP = "serverless-triton"
 
 
-class CacheError(Exception):
+class CacheError(BootstrapError):
     """The cache folder cannot be trusted or created."""
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bootstrap.errors import BootstrapError
 from bootstrap.settings import (
     AUTH_TOKEN_ENV,
     FunctionSettings,
@@ -323,12 +324,11 @@ def _sync(settings: FunctionSettings, model: str | None) -> int:
         logger.error("model repository %s is a local folder: there is nothing to sync (give an s3:// or oss:// "
                      "URL in function.yaml or --model-repository)", settings.model_repository)
         return 2
-    from bootstrap.sync import SyncError
 
     source = _source(settings)
     try:
         failures = source.refresh(model)
-    except (StorageError, SyncError) as exc:
+    except BootstrapError as exc:
         logger.error("sync failed: %s", exc)
         return 1
     source.prune()
@@ -342,13 +342,12 @@ def _sync(settings: FunctionSettings, model: str | None) -> int:
 def _check(settings: FunctionSettings, as_json: bool) -> int:
     """``bootstrap check``: exit 0 when every model version loads, 1 otherwise (the report says why)."""
     from bootstrap.check import check_repository, render_json, render_text
-    from bootstrap.sync import SyncError
 
     options = _server_options(settings, source=_source(settings))
     options.model_control = "none"
     try:
         rows = _run(check_repository(options))
-    except (StorageError, SyncError) as exc:
+    except BootstrapError as exc:
         logger.error("check failed: %s", exc)
         return 1
     sys.stdout.write(render_json(rows) if as_json else render_text(rows))

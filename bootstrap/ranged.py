@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bootstrap.errors import BootstrapError
 from bootstrap.storage import StoredObject, describe_client_error, is_permanent_client_error
 
 CHUNK = 1 << 20
@@ -32,7 +33,7 @@ MAX_PART = 512 << 20
 PART_ATTEMPTS = 3
 
 
-class RangedDownloadError(Exception):
+class RangedDownloadError(BootstrapError):
     """The object could not be downloaded whole; ``permanent`` when retrying cannot help (it changed, or
     access is denied)."""
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bootstrap.cache import default_cache_dir
+from bootstrap.errors import BootstrapError
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
 from runtime.extensions.tracing import TraceSettings, parse_trace_config
 from runtime.restricted_api import RestrictedApis
@@ -17,7 +18,7 @@ AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
 PLATFORM_PORT_ENV = "PORT"
 
 
-class SettingsError(ValueError):
+class SettingsError(BootstrapError, ValueError):
     """function.yaml is missing, malformed or holds an invalid value."""
 
 

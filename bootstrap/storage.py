@@ -6,12 +6,14 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from bootstrap.errors import BootstrapError
+
 logger = logging.getLogger(__name__)
 
 REMOTE_SCHEMES = ("s3", "oss")
 
 
-class StorageError(Exception):
+class StorageError(BootstrapError):
     """Listing or downloading from object storage failed; the message is safe to log."""
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bootstrap.cache import CacheError, ensure_private_dir
+from bootstrap.errors import BootstrapError
 from bootstrap.ranged import RangedDownload, RangedDownloadError, is_plain_md5
 from bootstrap.storage import (
     StorageError,
@@ -85,7 +86,7 @@ class ModelSyncReport:
         )
 
 
-class SyncError(Exception):
+class SyncError(BootstrapError):
     pass
 
 
