@@ -209,6 +209,8 @@ class Tracer:
         """A trace for this request of ``model`` if it is sampled (an ensemble step: whenever its parent was; in
         opentelemetry mode, a request carrying the client's trace ``context``: always, as in Triton)."""
         overrides = self._models.get(model)
+        if overrides is None and not self.current.on:  # tracing off: the path every request takes
+            return None
         settings = replace(self.current, **overrides.values) if overrides else self.current
         if not settings.on:
             return None
