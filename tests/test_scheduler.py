@@ -15,7 +15,7 @@ from handlers.base import HandlerContext, ModelHandler, TensorHandler
 from runtime.errors import Unavailable
 from runtime.models.config import parse_model_config
 from runtime.scheduling import scheduler as scheduler_module
-from runtime.scheduling.scheduler import INLINE_INPUT_BYTES, INLINE_SECONDS, Scheduler, _Item, _signature
+from runtime.scheduling.scheduler import INLINE_INPUT_BYTES, INLINE_SECONDS, QueuedRequest, Scheduler, batch_signature
 from runtime.scheduling.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor
 
@@ -39,9 +39,9 @@ def _request(rows: int, width: int = 3) -> InferRequest:
 
 
 def _steady_load(scheduler: Scheduler, gap: float, exec_seconds: float) -> None:
-    scheduler._mean_gap = gap
-    scheduler._last_arrival = time.monotonic()
-    scheduler._exec_seconds = exec_seconds
+    scheduler.mean_gap = gap
+    scheduler.last_arrival = time.monotonic()
+    scheduler.exec_seconds = exec_seconds
 
 
 def test_no_wait_before_anything_is_measured_or_without_a_delay():
@@ -76,7 +76,7 @@ def test_no_wait_when_arrivals_stopped():
     async def main():
         scheduler = _scheduler()
         _steady_load(scheduler, gap=0.0001, exec_seconds=0.01)
-        scheduler._last_arrival = time.monotonic() - 1.0  # nothing for a second
+        scheduler.last_arrival = time.monotonic() - 1.0  # nothing for a second
         assert scheduler.wait_window(1) == 0.0
     asyncio.run(main())
 
@@ -86,12 +86,13 @@ def test_preferred_batch_size_is_the_target():
         scheduler = _scheduler("preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100")
         assert scheduler.target_batch == 8
         loop = asyncio.get_running_loop()
-        items = [_Item(_request(3), 3, _signature(_request(3), True), loop.create_future()) for _ in range(5)]
-        scheduler._queue.extend(items[1:])
+        items = [QueuedRequest(_request(3), 3, batch_signature(_request(3), True), loop.create_future())
+                 for _ in range(5)]
+        scheduler.queue.extend(items[1:])
         batch = [items[0]]
-        total = scheduler._take_compatible(batch, 3)
+        total = scheduler.take_compatible(batch, 3)
         assert total == 9 and len(batch) == 3  # 3+3+3 passes 8 once, and stops there
-        assert len(scheduler._queue) == 2
+        assert len(scheduler.queue) == 2
     asyncio.run(main())
 
 
@@ -100,14 +101,14 @@ def test_ragged_requests_are_not_concatenated_together():
         scheduler = _scheduler()
         scheduler.concatenate = True  # as for a tensor model
         loop = asyncio.get_running_loop()
-        first = _Item(_request(1, 3), 1, _signature(_request(1, 3), True), loop.create_future())
-        other = _Item(_request(1, 5), 1, _signature(_request(1, 5), True), loop.create_future())
-        same = _Item(_request(2, 3), 2, _signature(_request(2, 3), True), loop.create_future())
-        scheduler._queue.extend([other, same])
+        first = QueuedRequest(_request(1, 3), 1, batch_signature(_request(1, 3), True), loop.create_future())
+        other = QueuedRequest(_request(1, 5), 1, batch_signature(_request(1, 5), True), loop.create_future())
+        same = QueuedRequest(_request(2, 3), 2, batch_signature(_request(2, 3), True), loop.create_future())
+        scheduler.queue.extend([other, same])
         batch = [first]
-        assert scheduler._take_compatible(batch, 1) == 3
+        assert scheduler.take_compatible(batch, 1) == 3
         assert batch == [first, same]
-        assert list(scheduler._queue) == [other]
+        assert list(scheduler.queue) == [other]
     asyncio.run(main())
 
 
@@ -115,7 +116,7 @@ def test_a_full_queue_refuses_at_once():
     async def main():
         scheduler = _scheduler()
         loop = asyncio.get_running_loop()
-        scheduler._queue.extend(_Item(_request(1), 1, (), loop.create_future()) for _ in range(4))
+        scheduler.queue.extend(QueuedRequest(_request(1), 1, (), loop.create_future()) for _ in range(4))
         with pytest.raises(Unavailable, match="Exceeds maximum queue size"):
             await scheduler.submit(_request(1), 1)
     asyncio.run(main())
@@ -126,7 +127,7 @@ def test_a_timed_out_request_frees_its_queue_slot_at_once():
         # no instances: nothing is ever taken off the queue; requests may set their own (shorter) timeout
         scheduler = _scheduler("default_queue_policy { allow_timeout_override: true }")
         loop = asyncio.get_running_loop()
-        scheduler._queue.extend(_Item(_request(1), 1, (), loop.create_future()) for _ in range(3))
+        scheduler.queue.extend(QueuedRequest(_request(1), 1, (), loop.create_future()) for _ in range(3))
         request = _request(1)
         request.parameters["timeout"] = 10_000  # 10 ms
         with pytest.raises(Unavailable, match="Request timeout expired"):

@@ -44,7 +44,9 @@ INLINE_INPUT_BYTES = 64 * 1024
 
 
 @dataclass(eq=False)  # identity: queue removal must never compare request tensors
-class _Item:
+class QueuedRequest:
+    """A request waiting in a model version's queue, with what batching needs to know of it."""
+
     request: InferRequest
     batch_size: int
     signature: tuple
@@ -55,7 +57,7 @@ class _Item:
     instance: ModelHandler | None = None  # the instance executing it, while it executes
 
 
-def _signature(request: InferRequest, batched: bool) -> tuple:
+def batch_signature(request: InferRequest, batched: bool) -> tuple:
     """Requests with equal signatures can be concatenated along the batch dim."""
     return tuple(sorted((t.name, t.datatype, tuple(t.shape[1:] if batched else t.shape)) for t in request.inputs))
 
@@ -91,13 +93,15 @@ class Scheduler:
             max_delay = (batching.max_queue_delay_microseconds / 1e6) if batching else 0.0
         self.max_delay = max_delay
         self.default_max_queue_size = default_max_queue_size
-        self._queue: PriorityQueues[_Item] = PriorityQueues(batching.priority_levels if batching else 0,
+        # The requests waiting (by priority level), and the estimates the batch window is decided from: public, so
+        # that a test can set up a queue and a load and check the decisions (take_compatible, wait_window).
+        self.queue: PriorityQueues[QueuedRequest] = PriorityQueues(batching.priority_levels if batching else 0,
                                                             batching.default_priority_level if batching else 0)
         self._arrival = asyncio.Event()
-        self._mean_gap = float("inf")  # EWMA of seconds between arrivals
-        self._mean_request_batch = 1.0
-        self._last_arrival = 0.0
-        self._exec_seconds: float | None = None  # EWMA of one execution
+        self.mean_gap = float("inf")  # EWMA of seconds between arrivals
+        self.mean_request_batch = 1.0
+        self.last_arrival = 0.0
+        self.exec_seconds: float | None = None  # EWMA of one execution
         self._run_seconds: float | None = None  # EWMA of one execution's own run (no hand-off), tensor models
         self._instances = instances
         self._running: dict[ModelHandler, float] = {}  # instance -> when its current execution began (monotonic)
@@ -113,7 +117,7 @@ class Scheduler:
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        return len(self.queue)
 
     def overdue(self) -> dict[ModelHandler, float]:
         """Instances executing past their ``execute_timeout``, with the seconds they have run (they cannot serve)."""
@@ -128,21 +132,21 @@ class Scheduler:
 
     async def submit(self, request: InferRequest, batch_size: int) -> tuple[RequestResult, int]:
         """Queue a request; returns its result and the nanoseconds it spent queued."""
-        level = self._queue.index_of(requested_priority(request)) if self._queue.levels > 1 else 0
+        level = self.queue.index_of(requested_priority(request)) if self.queue.levels > 1 else 0
         policy = self._policy(level)
         bound = policy.max_queue_size if policy.max_queue_size > 0 else self.default_max_queue_size
-        if self._queue.size(level) >= bound:
+        if self.queue.size(level) >= bound:
             raise Unavailable(f"Exceeds maximum queue size ({bound}) of model '{self.spec.name}'")
         timeout = queue_timeout(request, policy)
         caller = request.caller_execution
         if caller:
             self._waits.wait(caller, self)  # refused here if the caller could only wait forever
-        item = _Item(request, batch_size, _signature(request, self.batching),
+        item = QueuedRequest(request, batch_size, batch_signature(request, self.batching),
                      asyncio.get_running_loop().create_future(), level)
         self._note_arrival(batch_size)
         if request.trace is not None:
             request.trace.event("QUEUE_START", item.enqueued_ns)
-        self._queue.append(item)
+        self.queue.append(item)
         self._arrival.set()
         try:
             if timeout:
@@ -165,55 +169,55 @@ class Scheduler:
                 self._waits.done(caller, self)
         return result, item.dispatched_ns - item.enqueued_ns
 
-    def _abandon(self, item: _Item) -> None:
+    def _abandon(self, item: QueuedRequest) -> None:
         """Cancel a request and free its queue slot at once (no-op if a consumer already took it)."""
         item.future.cancel()
-        self._queue.remove(item)
+        self.queue.remove(item)
 
     async def close(self) -> None:
         self._waits.remove_node(self)
         for consumer in self._consumers:
             consumer.cancel()
         await asyncio.gather(*self._consumers, return_exceptions=True)
-        for item in self._queue.drain():
+        for item in self.queue.drain():
             if not item.future.done():
                 item.future.set_exception(Unavailable(f"model '{self.spec.name}' is unloading"))
 
     # -- batching --------------------------------------------------------------
     def _note_arrival(self, batch_size: int) -> None:
         now = time.monotonic()
-        if self._last_arrival:
-            gap = now - self._last_arrival
-            self._mean_gap = gap if self._mean_gap == float("inf") else (1 - _EWMA) * self._mean_gap + _EWMA * gap
-        self._last_arrival = now
-        self._mean_request_batch = (1 - _EWMA) * self._mean_request_batch + _EWMA * batch_size
+        if self.last_arrival:
+            gap = now - self.last_arrival
+            self.mean_gap = gap if self.mean_gap == float("inf") else (1 - _EWMA) * self.mean_gap + _EWMA * gap
+        self.last_arrival = now
+        self.mean_request_batch = (1 - _EWMA) * self.mean_request_batch + _EWMA * batch_size
 
     def wait_window(self, batched: int) -> float:
         """How long to hold a batch of ``batched`` for more requests (0: run now)."""
-        if self.max_delay <= 0 or batched >= self.target_batch or self._exec_seconds is None:
+        if self.max_delay <= 0 or batched >= self.target_batch or self.exec_seconds is None:
             return 0.0
-        if self._mean_gap == float("inf") or time.monotonic() - self._last_arrival > self.max_delay:
+        if self.mean_gap == float("inf") or time.monotonic() - self.last_arrival > self.max_delay:
             return 0.0  # nothing arriving: waiting only adds latency
-        missing_requests = (self.target_batch - batched) / max(self._mean_request_batch, 1.0)
-        fill_seconds = missing_requests * self._mean_gap
-        if fill_seconds > self._exec_seconds:
+        missing_requests = (self.target_batch - batched) / max(self.mean_request_batch, 1.0)
+        fill_seconds = missing_requests * self.mean_gap
+        if fill_seconds > self.exec_seconds:
             return 0.0  # the queue cannot fill it before an execution would finish: run now
         return min(self.max_delay, fill_seconds)
 
-    def _pop_next(self) -> _Item | None:
-        while (item := self._queue.pop()) is not None:
+    def _pop_next(self) -> QueuedRequest | None:
+        while (item := self.queue.pop()) is not None:
             if not item.future.done():
                 return item
         return None
 
-    def _take_compatible(self, batch: list[_Item], total: int) -> int:
+    def take_compatible(self, batch: list[QueuedRequest], total: int) -> int:
         """Add to ``batch`` the queued requests that fit it, highest priority and oldest first."""
-        if not self._queue:
+        if not self.queue:
             return total
         signature = batch[0].signature
         taken = total
 
-        def wanted(item: _Item) -> bool | None:
+        def wanted(item: QueuedRequest) -> bool | None:
             nonlocal taken
             if item.future.done():
                 return None
@@ -224,17 +228,17 @@ class Scheduler:
                 return True
             return False
 
-        self._queue.sift(wanted)
+        self.queue.sift(wanted)
         return taken
 
-    async def _next_batch(self) -> list[_Item]:
+    async def _next_batch(self) -> list[QueuedRequest]:
         while (first := self._pop_next()) is None:
             self._arrival.clear()
             await self._arrival.wait()
         batch = [first]
         if not self.batching:
             return batch
-        total = self._take_compatible(batch, first.batch_size)
+        total = self.take_compatible(batch, first.batch_size)
         deadline = time.monotonic() + self.wait_window(total)
         while total < self.target_batch and (remaining := deadline - time.monotonic()) > 0:
             self._arrival.clear()
@@ -245,7 +249,7 @@ class Scheduler:
                 await self._arrival.wait()
             finally:
                 timer.cancel()
-            total = self._take_compatible(batch, total)
+            total = self.take_compatible(batch, total)
         return batch
 
     async def _wait_for_instance(self, instance: ModelHandler) -> None:
@@ -255,10 +259,10 @@ class Scheduler:
                 self._all_down_since = None
             elif self._all_down_since is None:
                 self._all_down_since = time.monotonic()
-            elif time.monotonic() - self._all_down_since > ALL_DOWN_GRACE_SECONDS and self._queue:
+            elif time.monotonic() - self._all_down_since > ALL_DOWN_GRACE_SECONDS and self.queue:
                 reasons = "; ".join(dict.fromkeys(i.unavailable_reason for i in self._instances))
                 error = Unavailable(f"model '{self.spec.name}' has no instance that can serve: {reasons}")
-                for item in self._queue.drain():
+                for item in self.queue.drain():
                     if not item.future.done():
                         item.future.set_result(error)
             await asyncio.sleep(_DOWN_POLL_SECONDS)
@@ -279,7 +283,7 @@ class Scheduler:
         if not batch:
             return
         if not instance.available:  # went down while this consumer waited: another instance may serve
-            self._queue.put_back(batch)
+            self.queue.put_back(batch)
             self._arrival.set()
             return
         needs, priority = self._needs.get(instance, ((), 0))
@@ -287,7 +291,7 @@ class Scheduler:
             try:
                 await self.rate_limiter.acquire(needs, priority)
             except asyncio.CancelledError:  # unloading: the queue's requests are answered by close()
-                self._queue.put_back(batch)
+                self.queue.put_back(batch)
                 raise
         try:
             batch = [item for item in batch if not item.future.done()]  # some may have left while it waited
@@ -298,7 +302,7 @@ class Scheduler:
                 self.rate_limiter.release(needs)
 
     async def _execute_batch(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler,
-                             batch: list[_Item]) -> None:
+                             batch: list[QueuedRequest]) -> None:
         """Run a taken batch on ``instance`` and answer its requests."""
         now = time.perf_counter_ns()
         execution = self._waits.begin(self) if instance.sends_requests else 0
@@ -329,15 +333,15 @@ class Scheduler:
         self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
         trace_compute(batch, started, elapsed, timing)
         seconds = elapsed / 1e9
-        self._exec_seconds = seconds if self._exec_seconds is None else (
-            (1 - _EWMA) * self._exec_seconds + _EWMA * seconds)
+        self.exec_seconds = seconds if self.exec_seconds is None else (
+            (1 - _EWMA) * self.exec_seconds + _EWMA * seconds)
         rescheduled = False
         for item, result in zip(batch, results, strict=True):
             item.instance = None
             if item.future.done():
                 continue
             if result is RESCHEDULE:  # the model asked to see it again in a later batch
-                self._queue.append(item)
+                self.queue.append(item)
                 rescheduled = True
             else:
                 item.future.set_result(result)
@@ -345,7 +349,7 @@ class Scheduler:
             self._arrival.set()
 
     async def _run(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler,
-                   batch: list[_Item]) -> list[RequestResult]:
+                   batch: list[QueuedRequest]) -> list[RequestResult]:
         """One execution of ``batch``: begun on the loop where the instance can (a model in another process), else
         in a worker thread."""
         if not self.concatenate:
@@ -364,7 +368,7 @@ class Scheduler:
         finally:
             timer.cancel()
 
-    def _answer_overdue(self, instance: ModelHandler, batch: list[_Item]) -> None:
+    def _answer_overdue(self, instance: ModelHandler, batch: list[QueuedRequest]) -> None:
         """A thread cannot be stopped: the batch's requests get their answer now, and the instance stays held
         (overdue: the model reports it) until the run returns, its results then dropped."""
         error = Unavailable(f"model '{self.spec.name}' execution did not finish within "
@@ -374,7 +378,7 @@ class Scheduler:
             if not item.future.done():
                 item.future.set_result(error)
 
-    def _runs_inline(self, instance: ModelHandler, batch: list[_Item]) -> bool:
+    def _runs_inline(self, instance: ModelHandler, batch: list[QueuedRequest]) -> bool:
         """Whether this batch runs on the loop: a CPU model measured to run in under INLINE_SECONDS, small inputs."""
         if (not isinstance(instance, TensorHandler) or instance.device != "cpu" or self._run_seconds is None
                 or self._run_seconds >= INLINE_SECONDS):
@@ -388,7 +392,7 @@ class Scheduler:
             return [error] * count
         return results
 
-    def _execute(self, instance: ModelHandler, batch: list[_Item]) -> list[RequestResult]:
+    def _execute(self, instance: ModelHandler, batch: list[QueuedRequest]) -> list[RequestResult]:
         """One execution for the whole batch (in a worker thread, or on the loop: see _runs_inline)."""
         requests = [item.request for item in batch]
         instance.timing = ExecutionTiming()
