@@ -265,8 +265,6 @@ class InferenceService:
                  else self.tracer.start(model.name, context=request.trace_context))
         if trace is not None:
             trace.version, trace.request_id = model.version, request.id
-            if parent is None:
-                trace.context = request.trace_context
             trace.event("REQUEST_START")
         return trace
 

@@ -32,6 +32,8 @@ LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 MODES = ("triton", "opentelemetry")
 MAX_BUFFERED_TRACES = 10_000
 _KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode")
+# the settings the extension may change: key -> TraceSettings field
+_FIELD_OF = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count", "log_frequency": "log_frequency"}
 
 
 @dataclass(frozen=True)
@@ -191,16 +193,14 @@ class Tracer:
                 raise InvalidArgument("Attempting to set invalid trace setting :sample rate must be non-zero")
             if not candidate.file:
                 raise InvalidArgument("Attempting to set invalid trace setting :trace file name is not given")
-        names = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count",
-                 "log_frequency": "log_frequency"}
         with self._lock:
             if model:
                 overrides = self._models.setdefault(model, _ModelOverrides())
                 overrides.values.update(parsed)
                 for key in cleared:
-                    overrides.values.pop(names[key], None)
+                    overrides.values.pop(_FIELD_OF[key], None)
             else:
-                restored = {names[key]: getattr(self.startup, names[key]) for key in cleared}
+                restored = {_FIELD_OF[key]: getattr(self.startup, _FIELD_OF[key]) for key in cleared}
                 self.current = replace(self.current, **parsed, **restored)
         return self.settings(model)
 
@@ -209,9 +209,10 @@ class Tracer:
         """A trace for this request of ``model`` if it is sampled (an ensemble step: whenever its parent was; in
         opentelemetry mode, a request carrying the client's trace ``context``: always, as in Triton)."""
         overrides = self._models.get(model)
-        if overrides is None and not self.current.on:  # tracing off: the path every request takes
+        values = overrides.values if overrides is not None else None
+        if not values and not self.current.on:  # tracing off: the path every request takes
             return None
-        settings = replace(self.current, **overrides.values) if overrides else self.current
+        settings = replace(self.current, **values) if values else self.current
         if not settings.on:
             return None
         propagated = context is not None and settings.mode == "opentelemetry"
@@ -302,4 +303,4 @@ def _parse_number(key: str, value: Any) -> dict[str, int]:
         raise InvalidArgument(f"Unable to parse 'trace_count'. Expecting value >= -1, got:{value}")
     if key != "trace_count" and number < 0:
         raise InvalidArgument(f"Unable to parse '{key}', got: {value}")
-    return {{"trace_rate": "rate", "trace_count": "count", "log_frequency": "log_frequency"}[key]: number}
+    return {_FIELD_OF[key]: number}

@@ -110,11 +110,15 @@ class V2Endpoints:
     async def logging(self, request: Request) -> Response:
         return JSONResponse(self.service.log_settings(await self._setting_changes(request, "log settings")))
 
-    async def register_system_shared_memory(self, request: Request) -> Response:
+    async def _registration(self, request: Request, fields: str) -> dict:
+        """A shared-memory registration's JSON object (InvalidArgument naming its ``fields`` otherwise)."""
         body = parse_json(await read_body(request, 1 << 16, self.body_timeout))
         if not isinstance(body, dict):
-            raise InvalidArgument("a shared memory registration must be a JSON object with 'key', 'offset' and "
-                                  "'byte_size'")
+            raise InvalidArgument(f"a shared memory registration must be a JSON object with {fields}")
+        return body
+
+    async def register_system_shared_memory(self, request: Request) -> Response:
+        body = await self._registration(request, "'key', 'offset' and 'byte_size'")
         self.service.register_system_shared_memory(request.path_params["region"], body.get("key"),
                                                    body.get("offset", 0), body.get("byte_size"))
         return Response(status_code=200)
@@ -127,10 +131,7 @@ class V2Endpoints:
         return JSONResponse(self.service.system_shared_memory_status(request.path_params.get("region", "")))
 
     async def register_cuda_shared_memory(self, request: Request) -> Response:
-        body = parse_json(await read_body(request, 1 << 16, self.body_timeout))
-        if not isinstance(body, dict):
-            raise InvalidArgument("a CUDA shared memory registration must be a JSON object with 'raw_handle', "
-                                  "'device_id' and 'byte_size'")
+        body = await self._registration(request, "'raw_handle', 'device_id' and 'byte_size'")
         if "raw_handle" not in body:
             raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
         handle = body["raw_handle"]

@@ -92,7 +92,11 @@ class Scheduler:
         if max_delay is None:
             max_delay = (batching.max_queue_delay_microseconds / 1e6) if batching else 0.0
         self.max_delay = max_delay
-        self.default_max_queue_size = default_max_queue_size
+        # each priority level's queue policy and bound (a policy without max_queue_size: the server's default)
+        policies = [batching.queue_policy_of(level) if batching else QueuePolicy()
+                    for level in range(1, max(batching.priority_levels if batching else 0, 1) + 1)]
+        self._policies = [(policy, policy.max_queue_size if policy.max_queue_size > 0 else default_max_queue_size)
+                          for policy in policies]
         # The requests waiting (by priority level), and the estimates the batch window is decided from: public, so
         # that a test can set up a queue and a load and check the decisions (take_compatible, wait_window).
         self.queue: PriorityQueues[QueuedRequest] = PriorityQueues(batching.priority_levels if batching else 0,
@@ -125,16 +129,10 @@ class Scheduler:
         return {instance: now - began for instance, began in self._running.items()
                 if now - began > instance.execute_timeout}
 
-    def _policy(self, level: int) -> QueuePolicy:
-        """The queue policy of a priority level's queue (index), as the config gives it."""
-        batching = self.spec.dynamic_batching
-        return batching.queue_policy_of(level + 1) if batching else QueuePolicy()
-
     async def submit(self, request: InferRequest, batch_size: int) -> tuple[RequestResult, int]:
         """Queue a request; returns its result and the nanoseconds it spent queued."""
         level = self.queue.index_of(requested_priority(request)) if self.queue.levels > 1 else 0
-        policy = self._policy(level)
-        bound = policy.max_queue_size if policy.max_queue_size > 0 else self.default_max_queue_size
+        policy, bound = self._policies[level]
         if self.queue.size(level) >= bound:
             raise Unavailable(f"Exceeds maximum queue size ({bound}) of model '{self.spec.name}'")
         timeout = queue_timeout(request, policy)
@@ -142,7 +140,7 @@ class Scheduler:
         if caller:
             self._waits.wait(caller, self)  # refused here if the caller could only wait forever
         item = QueuedRequest(request, batch_size, batch_signature(request, self.batching),
-                     asyncio.get_running_loop().create_future(), level)
+                             asyncio.get_running_loop().create_future(), level)
         self._note_arrival(batch_size)
         if request.trace is not None:
             request.trace.event("QUEUE_START", item.enqueued_ns)
