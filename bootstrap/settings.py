@@ -1,4 +1,5 @@
-"""``function.yaml``: the function's settings, validated at start with clear errors."""
+"""``function.yaml`` and the flags of ``bootstrap run``: every setting declared once below (its key, check, flags,
+README text and default: ``settings_schema.py`` reads the parser, the flags and the README table off them)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,27 @@ from pathlib import Path
 from typing import Any
 
 from bootstrap.cache import default_cache_dir
-from bootstrap.errors import BootstrapError
+from bootstrap.settings_schema import (
+    Flag,
+    SettingsError,
+    apply_flags,
+    boolean,
+    byte_count,
+    check_keys,
+    one_of,
+    optional_text,
+    port,
+    positive_int,
+    read_file_values,
+    seconds,
+    seconds_or_zero,
+    sections,
+    setting,
+    settings_table,
+    text,
+    text_list,
+    true_or_false,
+)
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
 from runtime.extensions.tracing import TraceSettings, parse_trace_config
 from runtime.restricted_api import RestrictedApis
@@ -16,57 +37,256 @@ from runtime.restricted_api import RestrictedApis
 AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
 # The port a serverless platform (Knative, Cloud Run, Function Compute) tells its container to listen on.
 PLATFORM_PORT_ENV = "PORT"
+MAX_FRONTEND_PROCESSES = 64
+ALL_COMMANDS = ("run", "check", "sync")
 
 
-class SettingsError(BootstrapError, ValueError):
-    """function.yaml is missing, malformed or holds an invalid value."""
+def _platform_port() -> int | None:
+    """``$PORT`` when the platform sets it (the HTTP port unless function.yaml or a flag says otherwise)."""
+    text_value = os.environ.get(PLATFORM_PORT_ENV, "").strip()
+    if not text_value:
+        return 8000
+    if not text_value.isdigit() or not 0 < int(text_value) <= 65535:
+        raise SettingsError(f"${PLATFORM_PORT_ENV} must be a port number (1-65535), got {text_value!r}")
+    return int(text_value)
+
+
+def _repository(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise SettingsError(f"{name} must be a path or an s3:// / oss:// URL")
+    if is_remote(value):
+        try:
+            parse_location(value)
+        except StorageError as exc:
+            raise SettingsError(f"{name}: {exc}") from None
+    return value
+
+
+def _local_path_resolved(value: str) -> str:
+    """A flag's local path is relative to the working directory (function.yaml's, to its folder)."""
+    return value if is_remote(value) else str(Path(value).resolve())
+
+
+def frontend_process_count(value: Any, name: str = "server.frontend_processes") -> int:
+    """A count from 0 to 64, or ``auto``: one fewer than the cores this process may use (the process owning the
+    models and their workers take about one), none on a single core."""
+    if value == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return min(MAX_FRONTEND_PROCESSES, cores - 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FRONTEND_PROCESSES:
+        raise SettingsError(f"{name} must be 'auto' or a whole number from 0 to {MAX_FRONTEND_PROCESSES}, "
+                            f"not {value!r}")
+    return value
+
+
+def _count_or_auto(text_value: str) -> int | str:
+    return int(text_value) if text_value.isdigit() else text_value
+
+
+def _cache_config(text_value: str) -> int:
+    """Triton's ``--cache-config local,size=N`` (the only cache implementation here is the local one)."""
+    kind, _, assignment = text_value.partition(",")
+    key, _, value = assignment.partition("=")
+    if kind != "local" or key != "size" or not value.isdigit():
+        raise SettingsError(f"--cache-config must be 'local,size=<bytes>', not '{text_value}'")
+    return int(value)
+
+
+def _at_least_zero(text_value: str) -> int:
+    return max(0, int(text_value))
+
+
+def _port_flags(flag: str, protocol: str, default: str) -> tuple[Flag, Flag]:
+    return (Flag(f"--{flag}-port", f"{protocol} port (default {default})", int),
+            Flag(f"--no-{flag}", f"do not serve {protocol}", None, const=None))
+
+
+_RESTRICTION = "<API>[,<API>...]:<key>=<value>"
 
 
 @dataclass
 class FunctionSettings:
-    name: str = "triton-function"
-    model_repository: str = "examples/model_repository"
-    host: str = "0.0.0.0"
-    http_port: int | None = 8000
-    grpc_port: int | None = 8001
-    metrics_port: int | None = 8002
-    default_max_queue_size: int = 1024
-    sequence_slot_timeout_seconds: float = 30.0
-    execute_timeout_seconds: float = 60.0
-    send_timeout_seconds: float = 30.0
-    max_unsent_response_bytes: int = 1 << 30
-    stream_max_bytes: int = 16 << 20
-    streams_max_bytes: int = 1 << 30
-    device: str = "auto"  # auto | gpu | cpu
-    max_request_bytes: int = 64 * 1024 * 1024
-    grpc_max_message_bytes: int = 128 * 1024 * 1024
-    header_timeout_seconds: float = 30.0
-    body_timeout_seconds: float = 120.0
-    max_connections: int = 4096
-    max_streams_per_connection: int = 256  # HTTP/2
-    stream_max_in_flight: int = 64
-    frontend_processes: int = 0  # processes serving HTTP and gRPC besides the one owning the models (0: it serves)
-    trace_config: tuple[str, ...] = ()  # Triton's --trace-config values
-    rate_limit: str = "off"  # off | execution_count (Triton's --rate-limit)
-    rate_limit_resources: tuple[str, ...] = ()  # Triton's --rate-limit-resource '<name>:<count>[:<device>]' values
-    model_load_thread_count: int = 4  # models loading at once (Triton's --model-load-thread-count)
-    http_restricted_api: tuple[str, ...] = ()  # Triton's '<API>[,<API>...]:<key>=<value>', each
-    grpc_restricted_protocol: tuple[str, ...] = ()
-    json_decode_budget_bytes: int = 256 * 1024 * 1024
-    server_name: str = "triton"
-    strict_readiness: bool = True
-    auto_complete_config: bool = True  # Triton's default; --disable-auto-complete-config turns it off
-    auth_token: str | None = field(default=None, repr=False)
-    auth_exempt_health: bool = True
+    """What the function serves and how; ``base_dir`` (function.yaml's folder) anchors its relative paths."""
+
+    name: str = setting("triton-function", key="name", check=text, meaning="the function's name (logged)")
+    model_repository: str = setting(
+        "examples/model_repository", key="model_repository", check=_repository,
+        meaning="local path (relative to function.yaml), or `s3://bucket/prefix` / `oss://bucket/prefix`",
+        flags=[Flag("--model-repository", "local path, or s3:// / oss:// URL, of the model repository",
+                    _local_path_resolved, commands=ALL_COMMANDS)])
     storage: StorageSettings = field(default_factory=StorageSettings)
-    cold_start_deadline_seconds: float = 600.0
-    cache_dir: str = field(default_factory=default_cache_dir)
-    response_cache_bytes: int = 0  # the response cache's budget (cache.size_bytes; 0: off)
-    model_control: str = "none"  # none | poll | explicit
-    poll_interval_seconds: float = 5.0
-    load_models: tuple[str, ...] = ()
-    idle_timeout_seconds: float = 0.0
-    shutdown_timeout_seconds: float = 30.0
+    cold_start_deadline_seconds: float = setting(
+        600.0, key="storage.cold_start_deadline_seconds", check=seconds,
+        meaning="total time a sync may take, listing included (no request outlasts it)")
+    cache_dir: str = setting(
+        key="cache_dir", check=text, factory=default_cache_dir,
+        shown="`$XDG_CACHE_HOME/serverless-triton`, else `~/.cache/serverless-triton`, else "
+              "`<tmp>/serverless-triton-<uid>`",
+        meaning="where synced models are kept (with their manifest); created private (0700), refused if another "
+                "user owns it or can write it; only what a sync published from storage is served (anything else "
+                "found there is removed with a warning)",
+        flags=[Flag("--cache-dir", "local cache for a repository synced from object storage",
+                    lambda value: str(Path(value).resolve()), commands=ALL_COMMANDS)])
+    response_cache_bytes: int = setting(
+        0, key="cache.size_bytes", check=byte_count,
+        meaning="the response cache's budget, for models whose config has `response_cache { enable: true }`; "
+                "`0`: no cache",
+        flags=[Flag("--cache-config", "the response cache, as Triton's flag: 'local,size=BYTES'", _cache_config,
+                    metavar="local,size=BYTES"),
+               Flag("--response-cache-byte-size", "the response cache's size", _at_least_zero, metavar="BYTES")])
+    host: str = setting("0.0.0.0", key="server.host", check=text, meaning="address to listen on",
+                        flags=[Flag("--host", "address to listen on")])
+    http_port: int | None = setting(
+        key="server.http_port", check=port, factory=_platform_port, shown="`$PORT` when set, else `8000`",
+        meaning="HTTP port; `null` disables HTTP", flags=_port_flags("http", "HTTP", "$PORT if set, else 8000"))
+    grpc_port: int | None = setting(8001, key="server.grpc_port", check=port, meaning="gRPC port; `null` disables gRPC",
+                                    flags=_port_flags("grpc", "gRPC", "8001"))
+    metrics_port: int | None = setting(
+        8002, key="server.metrics_port", check=port, meaning="Prometheus `/metrics` port; `null` disables it",
+        flags=_port_flags("metrics", "Prometheus metrics", "8002"))
+    max_request_bytes: int = setting(64 << 20, key="server.max_request_bytes", check=positive_int,
+                                     meaning="largest HTTP request body accepted (after decompression)")
+    grpc_max_message_bytes: int = setting(
+        128 << 20, key="server.grpc_max_message_bytes", check=positive_int,
+        meaning="largest gRPC message, each way (larger: RESOURCE_EXHAUSTED)")
+    default_max_queue_size: int = setting(1024, key="server.default_max_queue_size", check=positive_int,
+                                          meaning="queue bound of a model version whose config sets none")
+    sequence_slot_timeout_seconds: float = setting(
+        30.0, key="server.sequence_slot_timeout_seconds", check=seconds,
+        meaning="how long a new sequence waits for a slot when every one is held (a request's shorter `timeout` "
+                "wins); then 503")
+    execute_timeout_seconds: float = setting(
+        60.0, key="server.execute_timeout_seconds", check=seconds,
+        meaning="how long one execution may run: past it its requests fail, a Python worker is replaced, a stuck "
+                "thread keeps the model unready until it returns (a Python model's `execute_timeout_seconds` "
+                "parameter overrides it)")
+    server_name: str = setting("triton", key="server.name", check=text,
+                               meaning="the name server metadata answers (tools check for Triton's)")
+    auto_complete_config: bool = setting(
+        True, key="server.auto_complete_config", check=boolean,
+        meaning="run Python models' `auto_complete_config` and serve config-less Python models, as Triton; "
+                "`false`: configs as written",
+        flags=[Flag("--disable-auto-complete-config", "use config.pbtxt as written: no config-less Python models, "
+                    "no auto_complete_config", None, const=False, commands=("run", "check"))])
+    strict_readiness: bool = setting(
+        True, key="server.strict_readiness", check=boolean,
+        meaning="ready only while every model the server tried to load is ready (Triton's default); `false`: "
+                "ready once the initial load finished",
+        flags=[Flag("--strict-readiness", "ready only while every model is ready (default true, as Triton)",
+                    true_or_false, choices=("true", "false"))])
+    header_timeout_seconds: float = setting(
+        30.0, key="server.header_timeout_seconds", check=seconds,
+        meaning="time to send a request's headers; also the idle keep-alive timeout and gRPC's connection "
+                "handshake timeout")
+    body_timeout_seconds: float = setting(120.0, key="server.body_timeout_seconds", check=seconds,
+                                          meaning="time to send a whole HTTP request body (else 408)")
+    max_connections: int = setting(
+        4096, key="server.max_connections", check=positive_int,
+        meaning="HTTP requests served at once, and the connections kept before the oldest ones still sending "
+                "headers are closed (also kept under the open-file limit less 64); the open-file limit is raised "
+                "to fit")
+    send_timeout_seconds: float = setting(
+        30.0, key="server.send_timeout_seconds", check=seconds,
+        meaning="time a client may take to accept each 256 KiB chunk of a large HTTP answer before it is cut off")
+    max_unsent_response_bytes: int = setting(
+        1 << 30, key="server.max_unsent_response_bytes", check=positive_int,
+        meaning="bytes of HTTP answers being sent, per serving process; past it the clients stalled longest are "
+                "cut off, else 503")
+    max_streams_per_connection: int = setting(256, key="server.max_streams_per_connection", check=positive_int,
+                                              meaning="concurrent HTTP/2 streams per connection")
+    frontend_processes: int = setting(
+        0, key="server.frontend_processes", check=frontend_process_count,
+        meaning="processes that serve HTTP and gRPC over the one process owning the models (0: that process "
+                "serves them itself; `auto`: cores - 1)",
+        flags=[Flag("--frontend-processes", "processes serving HTTP and gRPC beside the one owning the models "
+                    "(0: that one serves)", _count_or_auto, metavar="N|auto")])
+    stream_max_in_flight: int = setting(
+        64, key="server.stream_max_in_flight", check=positive_int,
+        meaning="gRPC ModelStreamInfer: requests of one stream running or answered but unsent before the stream "
+                "stops being read")
+    stream_max_bytes: int = setting(
+        16 << 20, key="server.stream_max_bytes", check=positive_int,
+        meaning="gRPC ModelStreamInfer: bytes of one stream's requests not yet answered and answers not yet sent "
+                "before it stops being read")
+    streams_max_bytes: int = setting(1 << 30, key="server.streams_max_bytes", check=positive_int,
+                                     meaning="the same, for every stream of a serving process together")
+    trace_config: tuple[str, ...] = setting(
+        (), key="server.trace_config", check=text_list("Triton's --trace-config values"), shown="tracing off",
+        meaning="tracing, as Triton's `--trace-config` values (a list; the flag adds to it): `rate=N`, "
+                "`level=TIMESTAMPS`, `count=N`, `mode=triton` or `opentelemetry`, `triton,file=PATH`, "
+                "`triton,log-frequency=N`, `opentelemetry,url=URL`, `opentelemetry,resource=K=V`",
+        flags=[Flag("--trace-config", "tracing, as Triton's flag: rate=N, level=TIMESTAMPS, count=N, "
+                    "mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, opentelemetry,url=URL "
+                    "(repeatable)", metavar="[<mode>,]<setting>=<value>", repeatable=True)])
+    rate_limit: str = setting(
+        "off", key="server.rate_limit", check=one_of("off", "execution_count"),
+        meaning="`off` or `execution_count`: instances execute only while holding their `rate_limiter` resources "
+                "(as Triton's `--rate-limit`)",
+        flags=[Flag("--rate-limit", "execution_count: instances execute only while holding their rate_limiter "
+                    "resources (default off, as Triton)", choices=("off", "execution_count"))])
+    rate_limit_resources: tuple[str, ...] = setting(
+        (), key="server.rate_limit_resources", check=text_list("'<name>:<count>[:<device>]'"),
+        meaning="resource counts, `<name>:<count>[:<device>]` (a repeatable flag, adding to the list); a resource "
+                "not listed counts the largest any instance asks for",
+        flags=[Flag("--rate-limit-resource", "a rate limiter resource's count (repeatable; default: the largest "
+                    "any instance asks for)", metavar="<name>:<count>[:<device>]", repeatable=True)])
+    model_load_thread_count: int = setting(
+        4, key="server.model_load_thread_count", check=positive_int,
+        meaning="models loading at once, at start and on reloads (as Triton's flag)",
+        flags=[Flag("--model-load-thread-count", "models loading at once (default 4, as Triton)", int,
+                    metavar="N")])
+    http_restricted_api: tuple[str, ...] = setting(
+        (), key="server.http_restricted_api", check=text_list(f"'{_RESTRICTION}'"),
+        meaning=f"REST API groups answered only to requests with a header: entries `{_RESTRICTION}` as Triton's "
+                "`--http-restricted-api` (repeatable flag, replacing the list); groups `health`, `metadata`, "
+                "`inference`, `shared-memory`, `model-config`, `model-repository`, `statistics`, `trace`, "
+                "`logging`; refused: 403 `This API is restricted, expecting header '<key>'`",
+        flags=[Flag("--http-restricted-api", "answer these REST API groups only to requests with this header "
+                    "(repeatable, as Triton)", metavar=_RESTRICTION, repeatable=True, adds=False)])
+    grpc_restricted_protocol: tuple[str, ...] = setting(
+        (), key="server.grpc_restricted_protocol", check=text_list(f"'{_RESTRICTION}'"),
+        meaning="the same for gRPC methods: the call's metadata must carry `triton-grpc-protocol-<key>: "
+                "<value>`, else UNAVAILABLE",
+        flags=[Flag("--grpc-restricted-protocol", "answer these gRPC API groups only to calls with metadata "
+                    "triton-grpc-protocol-<key> (repeatable, as Triton)", metavar=_RESTRICTION, repeatable=True,
+                    adds=False)])
+    json_decode_budget_bytes: int = setting(
+        256 << 20, key="server.json_decode_budget_bytes", check=positive_int,
+        meaning="bytes of large (> 1 MiB) JSON bodies read and decoded at once; past it 503, a single larger one "
+                "413")
+    device: str = setting(
+        "auto", key="instance.device", check=one_of("auto", "gpu", "cpu"),
+        meaning="`auto` (GPU when present), `gpu`, or `cpu`",
+        flags=[Flag("--device", "where models run", choices=("auto", "gpu", "cpu"), commands=("run", "check"))])
+    auth_token: str | None = setting(
+        None, key="auth.token", check=optional_text, shown="none: open, with a warning",
+        meaning=f"require this token on every call; `${AUTH_TOKEN_ENV}` (or the variable `auth.token_env` names) "
+                "overrides it, and the flag both",
+        flags=[Flag("--auth-token", f"require this token (also ${AUTH_TOKEN_ENV} or function.yaml auth.token)")])
+    auth_token_env: str = setting(AUTH_TOKEN_ENV, key="auth.token_env", check=text,
+                                  meaning="the environment variable read for the token")
+    auth_exempt_health: bool = setting(True, key="auth.exempt_health", check=boolean,
+                                       meaning="leave `/v2/health/live` and `/v2/health/ready` open")
+    model_control: str = setting(
+        "none", key="model_control.mode", check=one_of("none", "poll", "explicit"),
+        meaning="`none`, `poll`, or `explicit`",
+        flags=[Flag("--model-control-mode", "model control mode", choices=("none", "poll", "explicit"))])
+    poll_interval_seconds: float = setting(
+        5.0, key="model_control.poll_interval_seconds", check=seconds,
+        meaning="how often poll mode re-lists storage / rescans",
+        flags=[Flag("--poll-interval", "seconds between repository polls (poll mode)", float)])
+    load_models: tuple[str, ...] = setting(
+        (), key="model_control.load_models", check=text_list("model names ('*' for all)"),
+        meaning="explicit mode: models to load at start, `*` for all (a repeatable flag, replacing the list)",
+        flags=[Flag("--load-model", "explicit mode: load this model at start (repeatable; '*' loads every model)",
+                    metavar="NAME", repeatable=True, adds=False)])
+    idle_timeout_seconds: float = setting(0.0, key="idle_timeout_seconds", check=seconds_or_zero,
+                                          meaning="exit (code 0) after this long without requests; `0` stays warm")
+    shutdown_timeout_seconds: float = setting(
+        30.0, key="shutdown_timeout_seconds", check=seconds,
+        meaning="SIGTERM's bound on draining in-flight requests and finalizing models",
+        flags=[Flag("--shutdown-timeout", "seconds SIGTERM waits for in-flight requests and finalize (default 30)",
+                    float)])
     base_dir: Path = Path(".")
 
     @property
@@ -89,72 +309,12 @@ class FunctionSettings:
         return path if path.is_absolute() else (self.base_dir / path)
 
 
-_TOP_LEVEL = {
-    "name", "model_repository", "server", "instance", "auth", "storage", "cache_dir", "cache", "model_control",
-    "idle_timeout_seconds", "shutdown_timeout_seconds",
-}
+SETTINGS_CLASSES = (FunctionSettings, StorageSettings)
 
 
-def _section(data: dict, key: str, known: set[str]) -> dict:
-    value = data.get(key) or {}
-    if not isinstance(value, dict):
-        raise SettingsError(f"'{key}' must be a mapping")
-    unknown = sorted(set(value) - known)
-    if unknown:
-        raise SettingsError(f"unknown keys in '{key}': {unknown}")
-    return value
-
-
-def _port(value: Any, key: str) -> int | None:
-    if value is None or value is False:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
-        raise SettingsError(f"{key} must be a port number (0-65535) or null to disable, got {value!r}")
-    return value
-
-
-def _environment_region() -> str | None:
-    """The region the AWS tools read from the environment (how containers are told; oss:// needs one)."""
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
-
-
-def _platform_port(default: int | None) -> int | None:
-    """``$PORT`` when the platform sets it (the HTTP port unless function.yaml or a flag says otherwise)."""
-    text = os.environ.get(PLATFORM_PORT_ENV, "").strip()
-    if not text:
-        return default
-    if not text.isdigit() or not 0 < int(text) <= 65535:
-        raise SettingsError(f"${PLATFORM_PORT_ENV} must be a port number (1-65535), got {text!r}")
-    return int(text)
-
-
-def _positive_int(section: dict, key: str, default: int, where: str) -> int:
-    value = section.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise SettingsError(f"{where}.{key} must be a positive integer")
-    return value
-
-
-def _seconds(section: dict, key: str, default: float, where: str = "", positive: bool = False) -> float:
-    value = section.get(key, default)
-    name = f"{where}.{key}" if where else key
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value == 0):
-        raise SettingsError(f"{name} must be a {'positive' if positive else 'non-negative'} number of seconds")
-    return float(value)
-
-
-def _choice(section: dict, key: str, default: str, choices: tuple[str, ...], where: str) -> str:
-    value = section.get(key, default)
-    if value not in choices:
-        raise SettingsError(f"{where}.{key} must be one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
-def _optional_str(section: dict, key: str, where: str) -> str | None:
-    value = section.get(key)
-    if value is not None and (not isinstance(value, str) or not value):
-        raise SettingsError(f"{where}.{key} must be a non-empty string")
-    return value
+def settings_readme_table() -> str:
+    """The README's function.yaml table, generated from the declarations above."""
+    return settings_table(FunctionSettings)
 
 
 def check_restrictions(settings: FunctionSettings) -> None:
@@ -203,129 +363,26 @@ def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
         data = {}
     if not isinstance(data, dict):
         raise SettingsError("function.yaml must be a mapping at the top level")
-    unknown = sorted(set(data) - _TOP_LEVEL)
-    if unknown:
-        raise SettingsError(f"unknown function.yaml keys: {unknown}")
-    server = _section(data, "server", {"host", "http_port", "grpc_port", "metrics_port", "max_request_bytes",
-                                       "grpc_max_message_bytes", "default_max_queue_size", "header_timeout_seconds",
-                                       "body_timeout_seconds", "max_connections", "max_streams_per_connection",
-                                       "stream_max_in_flight", "json_decode_budget_bytes", "name",
-                                       "strict_readiness", "auto_complete_config", "frontend_processes",
-                                       "sequence_slot_timeout_seconds", "execute_timeout_seconds",
-                                       "send_timeout_seconds", "max_unsent_response_bytes", "stream_max_bytes",
-                                       "streams_max_bytes", "http_restricted_api", "grpc_restricted_protocol",
-                                       "model_load_thread_count", "trace_config", "rate_limit",
-                                       "rate_limit_resources"})
-    instance = _section(data, "instance", {"device"})
-    auth = _section(data, "auth", {"token", "token_env", "exempt_health"})
-    storage = _section(data, "storage", {"endpoint_url", "region", "addressing_style", "max_attempts",
-                                         "max_concurrency", "connect_timeout_seconds", "read_timeout_seconds",
-                                         "cold_start_deadline_seconds", "ranged_threshold_bytes",
-                                         "ranged_part_bytes"})
-    control = _section(data, "model_control", {"mode", "poll_interval_seconds", "load_models"})
-    response_cache = _section(data, "cache", {"size_bytes"})
-
-    settings = FunctionSettings(base_dir=base_dir)
-    settings.name = str(data.get("name", settings.name))
-    repository = data.get("model_repository", settings.model_repository)
-    if not isinstance(repository, str) or not repository:
-        raise SettingsError("model_repository must be a path or an s3:// / oss:// URL")
-    settings.model_repository = repository
-    if settings.remote:
-        try:
-            parse_location(repository)
-        except StorageError as exc:
-            raise SettingsError(f"model_repository: {exc}") from None
-
-    settings.host = str(server.get("host", settings.host))
-    settings.http_port = _port(server.get("http_port", _platform_port(settings.http_port)), "server.http_port")
-    settings.grpc_port = _port(server.get("grpc_port", settings.grpc_port), "server.grpc_port")
-    settings.metrics_port = _port(server.get("metrics_port", settings.metrics_port), "server.metrics_port")
-    settings.default_max_queue_size = _positive_int(server, "default_max_queue_size",
-                                                    settings.default_max_queue_size, "server")
-    settings.max_request_bytes = _positive_int(server, "max_request_bytes", settings.max_request_bytes, "server")
-    settings.grpc_max_message_bytes = _positive_int(
-        server, "grpc_max_message_bytes", settings.grpc_max_message_bytes, "server"
-    )
-    settings.header_timeout_seconds = _seconds(server, "header_timeout_seconds", settings.header_timeout_seconds,
-                                               "server", positive=True)
-    for key in ("sequence_slot_timeout_seconds", "execute_timeout_seconds", "send_timeout_seconds"):
-        setattr(settings, key, _seconds(server, key, getattr(settings, key), "server", positive=True))
-    settings.body_timeout_seconds = _seconds(server, "body_timeout_seconds", settings.body_timeout_seconds,
-                                             "server", positive=True)
-    for key in ("max_connections", "max_streams_per_connection", "stream_max_in_flight", "json_decode_budget_bytes",
-                "max_unsent_response_bytes", "stream_max_bytes", "streams_max_bytes", "model_load_thread_count"):
-        setattr(settings, key, _positive_int(server, key, getattr(settings, key), "server"))
-    settings.server_name = _optional_str(server, "name", "server") or settings.server_name
-    settings.frontend_processes = frontend_process_count(server.get("frontend_processes", 0))
-    for key in ("http_restricted_api", "grpc_restricted_protocol"):
-        specs = server.get(key, [])
-        if not isinstance(specs, list) or not all(isinstance(spec, str) for spec in specs):
-            raise SettingsError(f"server.{key} must be a list of '<API>[,<API>...]:<key>=<value>'")
-        setattr(settings, key, tuple(specs))
-    check_restrictions(settings)
-    specs = server.get("trace_config", [])
-    if not isinstance(specs, list) or not all(isinstance(spec, str) for spec in specs):
-        raise SettingsError("server.trace_config must be a list of Triton's --trace-config values")
-    settings.trace_config = tuple(specs)
-    trace_settings(settings)
-    settings.rate_limit = _choice(server, "rate_limit", "off", ("off", "execution_count"), "server")
-    specs = server.get("rate_limit_resources", [])
-    if not isinstance(specs, list) or not all(isinstance(spec, str) for spec in specs):
-        raise SettingsError("server.rate_limit_resources must be a list of '<name>:<count>[:<device>]'")
-    settings.rate_limit_resources = tuple(specs)
-    rate_limit_resources(settings)
-    strict = server.get("strict_readiness", True)
-    if not isinstance(strict, bool):
-        raise SettingsError("server.strict_readiness must be true or false")
-    settings.strict_readiness = strict
-    auto_complete = server.get("auto_complete_config", True)
-    if not isinstance(auto_complete, bool):
-        raise SettingsError("server.auto_complete_config must be true or false")
-    settings.auto_complete_config = auto_complete
-    settings.device = _choice(instance, "device", settings.device, ("auto", "gpu", "cpu"), "instance")
-
-    token = _optional_str(auth, "token", "auth")
-    token_env = auth.get("token_env", AUTH_TOKEN_ENV)
-    if not isinstance(token_env, str) or not token_env:
-        raise SettingsError("auth.token_env must be the name of an environment variable")
-    settings.auth_token = os.environ.get(token_env) or token
-    exempt = auth.get("exempt_health", True)
-    if not isinstance(exempt, bool):
-        raise SettingsError("auth.exempt_health must be true or false")
-    settings.auth_exempt_health = exempt
-
-    settings.storage = StorageSettings(
-        endpoint_url=_optional_str(storage, "endpoint_url", "storage"),
-        region=_optional_str(storage, "region", "storage") or _environment_region(),
-        addressing_style=_choice(storage, "addressing_style", "auto", ("auto", "path", "virtual"), "storage"),
-        max_attempts=_positive_int(storage, "max_attempts", 5, "storage"),
-        max_concurrency=_positive_int(storage, "max_concurrency", 8, "storage"),
-        connect_timeout=_seconds(storage, "connect_timeout_seconds", 10.0, "storage", positive=True),
-        read_timeout=_seconds(storage, "read_timeout_seconds", 60.0, "storage", positive=True),
-        ranged_threshold_bytes=_positive_int(storage, "ranged_threshold_bytes", 64 << 20, "storage"),
-        ranged_part_bytes=_positive_int(storage, "ranged_part_bytes", 16 << 20, "storage"),
-    )
-    settings.cold_start_deadline_seconds = _seconds(storage, "cold_start_deadline_seconds", 600.0, "storage",
-                                                    positive=True)
-    cache_dir = data.get("cache_dir", settings.cache_dir)
-    if not isinstance(cache_dir, str) or not cache_dir:
-        raise SettingsError("cache_dir must be a path")
-    settings.cache_dir = cache_dir
-    size = response_cache.get("size_bytes", 0)
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise SettingsError("cache.size_bytes must be a whole number of bytes (0: no response cache)")
-    settings.response_cache_bytes = size
-
-    settings.model_control = _choice(control, "mode", "none", ("none", "poll", "explicit"), "model_control")
-    settings.poll_interval_seconds = _seconds(control, "poll_interval_seconds", 5.0, "model_control", positive=True)
-    load_models = control.get("load_models", [])
-    if not isinstance(load_models, list) or not all(isinstance(n, str) and n for n in load_models):
-        raise SettingsError("model_control.load_models must be a list of model names ('*' for all)")
-    settings.load_models = tuple(load_models)
-    settings.idle_timeout_seconds = _seconds(data, "idle_timeout_seconds", 0.0)
-    settings.shutdown_timeout_seconds = _seconds(data, "shutdown_timeout_seconds", 30.0)
+    check_keys(data, sections(SETTINGS_CLASSES))
+    storage = StorageSettings(**read_file_values(StorageSettings, data))
+    settings = FunctionSettings(base_dir=base_dir, storage=storage, **read_file_values(FunctionSettings, data))
+    settings.auth_token = os.environ.get(settings.auth_token_env) or settings.auth_token
+    check_settings(settings)
     return settings
+
+
+def apply_settings_flags(settings: FunctionSettings, args: Any) -> None:
+    """The flags given on the command line over function.yaml's values, then the checks across settings."""
+    apply_flags(settings, args)
+    check_settings(settings)
+
+
+def check_settings(settings: FunctionSettings) -> None:
+    """What no single setting's check can see: settings that must agree, and values with a syntax of their own."""
+    check_load_models(settings)
+    check_restrictions(settings)
+    trace_settings(settings)
+    rate_limit_resources(settings)
 
 
 def load_settings(path: Path | None) -> FunctionSettings:
@@ -345,16 +402,6 @@ def load_settings(path: Path | None) -> FunctionSettings:
     return parse_settings(data, path.resolve().parent)
 
 
-MAX_FRONTEND_PROCESSES = 64
 
-
-def frontend_process_count(value: Any) -> int:
-    """``server.frontend_processes``: a count from 0 to 64, or ``auto``: one fewer than the cores this process may
-    use (the process owning the models and their workers take about one), none on a single core."""
-    if value == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return min(MAX_FRONTEND_PROCESSES, cores - 1)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FRONTEND_PROCESSES:
-        raise SettingsError(f"server.frontend_processes must be 'auto' or a whole number from 0 to "
-                            f"{MAX_FRONTEND_PROCESSES}, not {value!r}")
-    return value
+if __name__ == "__main__":  # the README's table: python -m bootstrap.settings
+    print(settings_readme_table(), end="")

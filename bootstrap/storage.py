@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from bootstrap.errors import BootstrapError
+from bootstrap.settings_schema import one_of, optional_text, positive_int, seconds, setting
 
 logger = logging.getLogger(__name__)
 
@@ -28,19 +30,39 @@ class StorageLocation:
         return f"{self.scheme}://{self.bucket}/{self.prefix}"
 
 
+def _environment_region() -> str | None:
+    """The region the AWS tools read from the environment (how containers are told; oss:// needs one)."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
 @dataclass(frozen=True)
 class StorageSettings:
-    """How to reach the store; credentials come from the standard AWS chain, never from here."""
+    """How to reach the store (function.yaml's ``storage`` section); credentials come from the standard AWS chain,
+    never from here."""
 
-    endpoint_url: str | None = None
-    region: str | None = None
-    addressing_style: str = "auto"  # path | virtual | auto
-    max_attempts: int = 5
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-    max_concurrency: int = 8
-    ranged_threshold_bytes: int = 64 << 20  # files this large download as parallel ranged GETs
-    ranged_part_bytes: int = 16 << 20  # their part size (a multipart upload's own part size when it has one)
+    endpoint_url: str | None = setting(
+        None, key="storage.endpoint_url", check=optional_text, shown="AWS",
+        meaning="S3-compatible endpoint (oss:// defaults to `https://s3.oss-<region>.aliyuncs.com`)")
+    region: str | None = setting(
+        key="storage.region", check=optional_text, factory=_environment_region, shown="`$AWS_REGION`, else none",
+        meaning="region name")
+    addressing_style: str = setting(
+        "auto", key="storage.addressing_style", check=one_of("auto", "path", "virtual"),
+        shown="`auto` (`virtual` for oss://)", meaning="`path` (MinIO, moto), `virtual` (OSS), `auto`")
+    max_attempts: int = setting(5, key="storage.max_attempts", check=positive_int,
+                                meaning="botocore standard-mode retries per request")
+    max_concurrency: int = setting(8, key="storage.max_concurrency", check=positive_int,
+                                   meaning="parallel downloads")
+    connect_timeout_seconds: float = setting(10.0, key="storage.connect_timeout_seconds", check=seconds,
+                                             meaning="time to connect, per request")
+    read_timeout_seconds: float = setting(60.0, key="storage.read_timeout_seconds", check=seconds,
+                                          meaning="time to wait for data, per request")
+    ranged_threshold_bytes: int = setting(
+        64 << 20, key="storage.ranged_threshold_bytes", check=positive_int,
+        meaning="files this large download as parallel ranged GETs")
+    ranged_part_bytes: int = setting(
+        16 << 20, key="storage.ranged_part_bytes", check=positive_int,
+        meaning="their part size (a multipart upload's own part size when it has one)")
 
 
 def is_remote(url: str) -> bool:
@@ -83,8 +105,8 @@ def make_client(location: StorageLocation, settings: StorageSettings):
         s3={"addressing_style": addressing},
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
-        connect_timeout=settings.connect_timeout,
-        read_timeout=settings.read_timeout,
+        connect_timeout=settings.connect_timeout_seconds,
+        read_timeout=settings.read_timeout_seconds,
         max_pool_connections=max(10, settings.max_concurrency * 2),
     )
     return boto3.session.Session().client(

@@ -145,8 +145,8 @@ class RepositorySync:
         self.deadline_seconds = deadline_seconds
         # No single request may outlast the whole sync's deadline.
         self.client = make_client(location, dataclasses.replace(
-            settings, connect_timeout=min(settings.connect_timeout, deadline_seconds),
-            read_timeout=min(settings.read_timeout, deadline_seconds)))
+            settings, connect_timeout_seconds=min(settings.connect_timeout_seconds, deadline_seconds),
+            read_timeout_seconds=min(settings.read_timeout_seconds, deadline_seconds)))
         self._files = DaemonPool(settings.max_concurrency, "sync-file")
         self._models = DaemonPool(4, "sync-model")
         self._calls = DaemonPool(1, "sync-call")

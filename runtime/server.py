@@ -56,7 +56,7 @@ class ServerOptions:
     default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS
     execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_request_bytes: int = DEFAULT_MAX_BODY_BYTES
     grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     json_decode_budget: int = DEFAULT_JSON_BUDGET_BYTES
     http_limits: HttpLimits = field(default_factory=HttpLimits)
@@ -153,7 +153,7 @@ class Server:
                 await grpc_server.start()
                 logger.info("gRPC endpoint on %s", address)
             if options.http_port is not None and pool is None:
-                app = create_http_app(self.service, options.max_body_bytes, auth, options.auth_exempt_health,
+                app = create_http_app(self.service, options.max_request_bytes, auth, options.auth_exempt_health,
                                       options.http_limits.body_timeout, options.json_decode_budget,
                                       options.http_limits.unsent_bytes(), options.http_restrictions)
                 listeners.append(HttpServer(app, options.host, options.http_port, options.http_limits))
@@ -195,7 +195,7 @@ class Server:
         options = self.options
         settings = FrontEndSettings(
             index=0, host=options.host, http_port=options.http_port, grpc_port=options.grpc_port,
-            max_body_bytes=options.max_body_bytes, grpc_max_message_bytes=options.grpc_max_message_bytes,
+            max_request_bytes=options.max_request_bytes, grpc_max_message_bytes=options.grpc_max_message_bytes,
             json_decode_budget=options.json_decode_budget, http_limits=options.http_limits,
             grpc_limits=options.grpc_limits, auth_token=auth.token if auth else None,
             auth_exempt_health=options.auth_exempt_health, http_restrictions=options.http_restrictions,

@@ -22,7 +22,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from bootstrap.cli import _parser
+from bootstrap.cli import main_parser
 from tests.support import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -141,10 +141,10 @@ EAS_SERVICE = closed({
 
 
 def run_options(arguments: list[str], prefix: list[str] = ENTRYPOINT):
-    """The namespace `bootstrap` itself parses from a container's command line."""
+    """The namespace `bootstrap` itself parses from a container's command line (a setting's flag: `flag_<name>`)."""
     command = prefix + arguments
     assert command[0] == "bootstrap", command
-    return _parser().parse_args(command[1:])
+    return main_parser().parse_args(command[1:])
 
 
 def test_the_knative_service():
@@ -165,9 +165,9 @@ def test_the_knative_service():
     check_model(filled, "V1PodSpec", "spec.template.spec")
     assert [port["name"] for port in container["ports"]] == ["h2c"]  # Knative: HTTP/2 cleartext to the container
     options = run_options(container["args"])
-    assert options.http_port is None  # Knative's $PORT decides (it is the containerPort)
-    assert options.model_repository.startswith("s3://")
-    assert options.shutdown_timeout < 30  # drains within the default terminationGracePeriodSeconds
+    assert options.flag_http_port is None  # Knative's $PORT decides (it is the containerPort)
+    assert options.flag_model_repository.startswith("s3://")
+    assert options.flag_shutdown_timeout < 30  # drains within the default terminationGracePeriodSeconds
     mounts = {mount["name"] for mount in container["volumeMounts"]}
     assert mounts <= {volume["name"] for volume in pod["volumes"]}
 
@@ -181,16 +181,16 @@ def test_the_kserve_runtime_storage_initializer_and_inference_service():
     assert {f["name"] for f in runtime["spec"]["supportedModelFormats"]} >= {"triton", "onnx", "pytorch"}
     assert set(runtime["spec"]["protocolVersions"]) == {"v2", "grpc-v2"}
     options = run_options(container["args"])
-    assert options.model_repository == "/mnt/models/repository"
-    assert container["readinessProbe"]["httpGet"]["port"] == options.http_port
-    assert [port["containerPort"] for port in container["ports"]] == [options.grpc_port]
+    assert options.flag_model_repository == "/mnt/models/repository"
+    assert container["readinessProbe"]["httpGet"]["port"] == options.flag_http_port
+    assert [port["containerPort"] for port in container["ports"]] == [options.flag_grpc_port]
 
     initializer = load("kserve/cluster-storage-container.yaml")
     jsonschema.validate(initializer, STORAGE_CONTAINER)
     check_model(initializer["spec"]["container"], "V1Container", "spec.container")
     assert initializer["spec"]["container"]["name"] == "storage-initializer"  # KServe requires this name
     # KServe appends the storageUri and /mnt/models: our CLI must read them as source and destination
-    sync = _parser().parse_args([*initializer["spec"]["container"]["command"][1:], "oss://bucket/models",
+    sync = main_parser().parse_args([*initializer["spec"]["container"]["command"][1:], "oss://bucket/models",
                                  "/mnt/models"])
     assert (sync.command, sync.source, sync.destination) == ("sync", "oss://bucket/models", "/mnt/models")
 
@@ -207,8 +207,8 @@ def test_the_pai_eas_service():
     jsonschema.validate(service, EAS_SERVICE)
     (container,) = service["containers"]
     options = run_options(shlex.split(container["script"]), prefix=[])
-    assert options.command == "run" and options.model_repository.startswith("oss://")
-    assert container["port"] == options.http_port == 8000 and options.grpc_port == 8001
+    assert options.command == "run" and options.flag_model_repository.startswith("oss://")
+    assert container["port"] == options.flag_http_port == 8000 and options.flag_grpc_port == 8001
     assert {"AWS_REGION", "FUNCTION_AUTH_TOKEN"} <= {env["name"] for env in container["env"]}  # oss:// needs a region
     assert any(item["mount_path"] == "/dev/shm" and item["empty_dir"]["medium"] == "memory"
                for item in service["storage"])

@@ -39,7 +39,7 @@ class FrontEndSettings:
     host: str
     http_port: int | None
     grpc_port: int | None
-    max_body_bytes: int
+    max_request_bytes: int
     grpc_max_message_bytes: int
     json_decode_budget: int
     http_limits: HttpLimits = field(default_factory=HttpLimits)

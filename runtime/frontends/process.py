@@ -64,7 +64,7 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
                                              reuse_port=True, restrictions=settings.grpc_restrictions)
             await grpc_server.start()
         if settings.http_port is not None:
-            app = create_http_app(service, settings.max_body_bytes, auth, settings.auth_exempt_health,
+            app = create_http_app(service, settings.max_request_bytes, auth, settings.auth_exempt_health,
                                   settings.http_limits.body_timeout, settings.json_decode_budget,
                                   settings.http_limits.unsent_bytes(), settings.http_restrictions)
             listener = reuse_port_listener(settings.host, settings.http_port, settings.http_limits.backlog)

@@ -1,0 +1,96 @@
+"""The settings schema: function.yaml keys, flags, defaults and the README's table all come from one declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bootstrap.cli import main_parser
+from bootstrap.settings import (
+    SETTINGS_CLASSES,
+    FunctionSettings,
+    SettingsError,
+    apply_settings_flags,
+    parse_settings,
+    settings_readme_table,
+)
+from bootstrap.settings_schema import declared
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run_args(*argv: str):
+    return main_parser().parse_args(["run", *argv])
+
+
+def test_the_readme_table_is_the_generated_one():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert settings_readme_table() in readme, "README's function.yaml table is stale: python -m bootstrap.settings"
+
+
+def test_every_setting_has_a_row_and_every_key_is_read(tmp_path):
+    table = settings_readme_table()
+    for cls in SETTINGS_CLASSES:
+        for _, schema in declared(cls):
+            assert f"| `{schema.key}` |" in table
+    # a value given for every key reaches its attribute (nothing declared is left unread)
+    defaults = parse_settings({}, tmp_path)
+    assert defaults.server_name == "triton" and defaults.storage.max_attempts == 5
+    changed = parse_settings({"server": {"name": "other", "stream_max_in_flight": 3},
+                              "storage": {"max_attempts": 2, "connect_timeout_seconds": 1}}, tmp_path)
+    assert (changed.server_name, changed.stream_max_in_flight) == ("other", 3)
+    assert (changed.storage.max_attempts, changed.storage.connect_timeout_seconds) == (2, 1.0)
+
+
+@pytest.mark.parametrize("data, fragment", [
+    ({"server": {"stream_max_in_flight": 0}}, "server.stream_max_in_flight must be a positive integer"),
+    ({"storage": {"read_timeout_seconds": -1}}, "storage.read_timeout_seconds must be a positive number"),
+    ({"server": {"bogus": 1}}, r"unknown keys in 'server': \['bogus'\]"),
+    ({"storage": []}, "'storage' must be a mapping"),
+    ({"cache": {"size_bytes": -1}}, "cache.size_bytes must be a whole number of bytes"),
+    ({"auth": {"exempt_health": "yes"}}, "auth.exempt_health must be true or false"),
+])
+def test_a_bad_value_is_named_by_its_key(tmp_path, data, fragment):
+    with pytest.raises(SettingsError, match=fragment):
+        parse_settings(data, tmp_path)
+
+
+def test_flags_override_the_file_and_are_checked_as_its_values_are(tmp_path):
+    settings = parse_settings({"server": {"trace_config": ["rate=5"], "http_restricted_api": ["health:a=b"]},
+                               "model_control": {"mode": "explicit", "load_models": ["a"]}}, tmp_path)
+    apply_settings_flags(settings, _run_args("--http-port", "9100", "--no-grpc", "--trace-config", "level=TIMESTAMPS",
+                                             "--http-restricted-api", "inference:c=d", "--load-model", "b",
+                                             "--strict-readiness", "false", "--frontend-processes", "2",
+                                             "--cache-config", "local,size=1024", "--shutdown-timeout", "7"))
+    assert (settings.http_port, settings.grpc_port) == (9100, None)
+    assert settings.trace_config == ("rate=5", "level=TIMESTAMPS")  # adds to the file's list
+    assert settings.http_restricted_api == ("inference:c=d",)  # replaces it
+    assert settings.load_models == ("b",)
+    assert (settings.strict_readiness, settings.frontend_processes) == (False, 2)
+    assert (settings.response_cache_bytes, settings.shutdown_timeout_seconds) == (1024, 7.0)
+    for argv, fragment in [(["--shutdown-timeout", "0"], "--shutdown-timeout must be a positive number"),
+                           (["--http-port", "70000"], "--http-port must be a port number"),
+                           (["--model-load-thread-count", "0"], "--model-load-thread-count must be a positive"),
+                           (["--load-model", "x"], "needs model control mode 'explicit'")]:
+        with pytest.raises(SettingsError, match=fragment):
+            apply_settings_flags(parse_settings({}, tmp_path), _run_args(*argv))
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--poll-interval", "soon"], "argument --poll-interval: cannot be 'soon'"),
+    (["--cache-config", "redis"], "argument --cache-config: --cache-config must be 'local,size=<bytes>'"),
+    (["--strict-readiness", "maybe"], "argument --strict-readiness: cannot be 'maybe'"),
+])
+def test_a_flag_text_that_cannot_be_read_is_a_usage_error(argv, fragment, capsys):
+    with pytest.raises(SystemExit) as exited:
+        _run_args(*argv)
+    assert exited.value.code == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_every_default_is_declared_once():
+    fields = {item.name for item in dataclasses.fields(FunctionSettings)}
+    declared_names = {name for name, _ in declared(FunctionSettings)}
+    assert fields - declared_names == {"storage", "base_dir"}  # a nested section and function.yaml's folder
