@@ -12,20 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.auth import TokenAuth
+from runtime.adapters import AdapterSettings, ProtocolAdapters
 from runtime.core import InferenceService
 from runtime.devices import gpu_count
 from runtime.extensions.response_cache import ResponseCache
 from runtime.extensions.tracing import Tracer, TraceSettings, trace_exporter
-from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerRegistry
-from runtime.http.app import create_http_app, create_metrics_app
-from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
-from runtime.http.server import HttpLimits, HttpServer
+from runtime.http.app import create_metrics_app
+from runtime.http.server import HttpServer
 from runtime.models.control import ModelControl, RepositorySource
 from runtime.models.manager import ModelManager
 from runtime.models.repository import ConfigCompleter, ModelRepository
-from runtime.restricted_api import RestrictedApis
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
@@ -48,26 +45,15 @@ class ServerOptions:
     """What the servers need; bootstrap builds it from function.yaml and flags."""
 
     model_repository: Path
-    host: str = "0.0.0.0"
-    http_port: int | None = 8000
-    grpc_port: int | None = 8001
+    adapters: AdapterSettings = field(default_factory=AdapterSettings)  # the HTTP and gRPC endpoints
     metrics_port: int | None = 8002
     use_gpu: bool = True
     default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS
     execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS
-    max_request_bytes: int = DEFAULT_MAX_BODY_BYTES
-    grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    json_decode_budget: int = DEFAULT_JSON_BUDGET_BYTES
-    http_limits: HttpLimits = field(default_factory=HttpLimits)
-    grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
     server_name: str = "triton"
     strict_readiness: bool = True
     auto_complete_config: bool = True  # config-less Python and ONNX models; Triton's auto-complete runs
-    auth_token: str | None = None
-    auth_exempt_health: bool = True
-    http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --http-restricted-api
-    grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
     shutdown_timeout: float = 30.0
     trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config
     rate_limit_resources: dict[str, int] | None = None  # --rate-limit=execution_count's counts (None: off)
@@ -128,83 +114,63 @@ class Server:
         Shutdown is bounded: listeners stop accepting and in-flight requests drain while models
         unload, all within ``shutdown_timeout``; what still runs then is cut off (exit code 3).
         """
-        options = self.options
-        auth = TokenAuth(options.auth_token) if options.auth_token else None
+        options, endpoints = self.options, self.options.adapters
+        auth = endpoints.auth()
         if auth is None:
             logger.warning("no auth token configured: every endpoint is open to anyone who can reach it")
-        listeners: list[HttpServer] = []
-        grpc_server = None
+        listeners: list[HttpServer] = []  # this process's own: metrics
+        adapters = None
         after_load: list[Callable[[], None]] = []  # start-up work that waits until the cold start's models are loaded
         listening = asyncio.Event()
         # Models load while the listeners start: a Python model's worker starts on another core meanwhile, and
         # nothing is served before the listeners are up anyway.
         background = [asyncio.create_task(self._initial_load(stop, listening, after_load))]
-        pool = None
         try:
             if options.frontend_processes > 0:
-                pool = self._frontend_pool(auth)
-                await pool.start()
-            elif options.grpc_port is not None:
-                from runtime.grpc.server import create_grpc_server  # grpc loads only when gRPC is served
-
-                address = f"{options.host}:{options.grpc_port}"
-                grpc_server = create_grpc_server(self.service, address, options.grpc_max_message_bytes, auth,
-                                                 options.grpc_limits, restrictions=options.grpc_restrictions)
-                await grpc_server.start()
-                logger.info("gRPC endpoint on %s", address)
-            if options.http_port is not None and pool is None:
-                app = create_http_app(self.service, options.max_request_bytes, auth, options.auth_exempt_health,
-                                      options.http_limits.body_timeout, options.json_decode_budget,
-                                      options.http_limits.unsent_bytes(), options.http_restrictions)
-                listeners.append(HttpServer(app, options.host, options.http_port, options.http_limits))
+                adapters = self._frontend_pool()
+            else:
+                adapters = ProtocolAdapters(self.service, endpoints)
+            await adapters.start()
             if options.metrics_port is not None:
                 metrics = create_metrics_app(self.service, auth)
                 after_load.append(metrics.state.prepare_metrics)
-                listeners.append(HttpServer(metrics, options.host, options.metrics_port, options.http_limits))
+                listeners.append(HttpServer(metrics, endpoints.host, options.metrics_port, endpoints.http_limits))
             for listener in listeners:
                 await listener.start()
         except OSError as exc:
             logger.error("%s", exc)
             self.exit_code = EXIT_FAILED
-            await self._shutdown(listeners, grpc_server, background, pool)
+            await self._shutdown(listeners, adapters, background)
             return EXIT_FAILED
         listening.set()
-        if options.http_port is not None:
-            logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", options.host, options.http_port)
         if options.metrics_port is not None:
-            logger.info("metrics on %s:%d/metrics", options.host, options.metrics_port)
+            logger.info("metrics on %s:%d/metrics", endpoints.host, options.metrics_port)
         if options.idle_timeout > 0:
             background.append(asyncio.create_task(self._exit_when_idle(stop)))
         stopped = asyncio.create_task(stop.wait())
-        serving = [listener.task for listener in listeners if listener.task is not None]
+        serving = [*adapters.tasks, *(listener.task for listener in listeners if listener.task is not None)]
         done, _ = await asyncio.wait([stopped, *serving], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             if task is not stopped:
                 logger.error("a server stopped unexpectedly: %s", task.exception() if not task.cancelled() else "")
                 self.exit_code = EXIT_FAILED
         stopped.cancel()
-        await self._shutdown(listeners, grpc_server, background, pool)
+        await self._shutdown(listeners, adapters, background)
         self.service.shared_memory.close()  # unmap every region clients registered
         self.service.tracer.close()  # traces not yet written go to the trace file
         logger.info("stopped")
         return self.exit_code
 
-    def _frontend_pool(self, auth: TokenAuth | None) -> FrontEndPool:
+    def _frontend_pool(self) -> FrontEndPool:
         from runtime.frontends.pool import FrontEndPool, FrontEndSettings
 
         options = self.options
-        settings = FrontEndSettings(
-            index=0, host=options.host, http_port=options.http_port, grpc_port=options.grpc_port,
-            max_request_bytes=options.max_request_bytes, grpc_max_message_bytes=options.grpc_max_message_bytes,
-            json_decode_budget=options.json_decode_budget, http_limits=options.http_limits,
-            grpc_limits=options.grpc_limits, auth_token=auth.token if auth else None,
-            auth_exempt_health=options.auth_exempt_health, http_restrictions=options.http_restrictions,
-            grpc_restrictions=options.grpc_restrictions, shutdown_timeout=options.shutdown_timeout,
-            log_level=logging.getLogger().getEffectiveLevel())
+        settings = FrontEndSettings(index=0, adapters=options.adapters, shutdown_timeout=options.shutdown_timeout,
+                                    log_level=logging.getLogger().getEffectiveLevel())
         return FrontEndPool(self.service, options.frontend_processes, settings)
 
-    async def _shutdown(self, listeners: list[HttpServer], grpc_server, background: list[asyncio.Task],
-                        pool: FrontEndPool | None = None) -> None:
+    async def _shutdown(self, listeners: list[HttpServer], adapters: ProtocolAdapters | FrontEndPool | None,
+                        background: list[asyncio.Task]) -> None:
         timeout = self.options.shutdown_timeout
         deadline = time.monotonic() + timeout
         _end_process_after(timeout + EXIT_GRACE_SECONDS, EXIT_CUT_OFF)
@@ -214,10 +180,8 @@ class Server:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         stops = [listener.stop(timeout) for listener in listeners]
-        if grpc_server is not None:
-            stops.append(grpc_server.stop(timeout))
-        if pool is not None:
-            stops.append(pool.stop(timeout))
+        if adapters is not None:
+            stops.extend(adapters.stops(timeout))
         results = await asyncio.gather(*stops, self.manager.unload_all(deadline), return_exceptions=True)
         if any(result is False for result in results) or self.manager.drain_incomplete:
             logger.warning("shutdown deadline reached: in-flight work was cut off")

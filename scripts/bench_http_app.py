@@ -31,6 +31,7 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool) ->
     from bench_frontends import request_files
     from bench_vs_triton import build_repository
 
+    from runtime.adapters import AdapterSettings
     from runtime.http.app import create_http_app
     from runtime.server import Server, ServerOptions
 
@@ -43,8 +44,8 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool) ->
     from handlers import handler_class
     from handlers.auto_complete import complete_config
 
-    server = Server(ServerOptions(model_repository=repository, http_port=None, grpc_port=None, metrics_port=None,
-                                  use_gpu=False, handlers=handler_class, completer=complete_config))
+    server = Server(ServerOptions(model_repository=repository, adapters=AdapterSettings(http_port=None, grpc_port=None),
+                                  metrics_port=None, use_gpu=False, handlers=handler_class, completer=complete_config))
     await server.service.load_initial_models()
     app = create_http_app(server.service)
     path = f"/v2/models/{model}/infer"

@@ -12,6 +12,7 @@ import httpx
 
 from handlers import handler_class
 from handlers.auto_complete import complete_config
+from runtime.adapters import AdapterSettings
 from runtime.core import InferenceService
 from runtime.http.app import create_http_app
 from runtime.server import Server, ServerOptions
@@ -20,8 +21,9 @@ from runtime.server import Server, ServerOptions
 @asynccontextmanager
 async def core(repository: Path, **options) -> AsyncIterator[InferenceService]:
     """The inference core over ``repository``, its models loaded, unloaded on the way out."""
-    server = Server(ServerOptions(model_repository=repository, http_port=None, grpc_port=None, metrics_port=None,
-                                  use_gpu=False, handlers=handler_class, completer=complete_config, **options))
+    server = Server(ServerOptions(model_repository=repository, adapters=AdapterSettings(http_port=None, grpc_port=None),
+                                  metrics_port=None, use_gpu=False, handlers=handler_class, completer=complete_config,
+                                  **options))
     await server.service.load_initial_models()
     try:
         yield server.service

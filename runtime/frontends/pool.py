@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import socket
@@ -14,11 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.adapters import AdapterSettings
 from runtime.frontends.endpoint import serve_link
 from runtime.frontends.wire import send_blocking
-from runtime.grpc.limits import GrpcLimits
-from runtime.http.server import HttpLimits, check_bindable
-from runtime.restricted_api import RestrictedApis
+from runtime.http.server import check_bindable
 
 logger = logging.getLogger(__name__)
 
@@ -36,18 +36,7 @@ class FrontEndSettings:
     """What a front-end process serves, sent to it over its control socket as it starts."""
 
     index: int
-    host: str
-    http_port: int | None
-    grpc_port: int | None
-    max_request_bytes: int
-    grpc_max_message_bytes: int
-    json_decode_budget: int
-    http_limits: HttpLimits = field(default_factory=HttpLimits)
-    grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
-    auth_token: str | None = None
-    auth_exempt_health: bool = True
-    http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)
-    grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)
+    adapters: AdapterSettings
     shutdown_timeout: float = 30.0
     log_level: int = logging.INFO
 
@@ -85,7 +74,7 @@ class FrontEndPool:
 
     async def start(self) -> None:
         """Bind the ports, start every front end and wait until each listens; OSError if one cannot."""
-        settings = self.settings
+        settings = self.settings.adapters
         self._held = [_hold_port(settings.host, port, server) for port, server in
                       ((settings.http_port, "HTTP"), (settings.grpc_port, "gRPC")) if port is not None]
         starting = [self._spawn(index) for index in range(self.count)]
@@ -104,7 +93,7 @@ class FrontEndPool:
         )
         link_frontend.close()
         control_frontend.close()
-        send_blocking(control_owner, FrontEndSettings(**{**self.settings.__dict__, "index": index}))
+        send_blocking(control_owner, dataclasses.replace(self.settings, index=index))
         frontend = _FrontEnd(index, process, [], asyncio.get_running_loop().create_future())
 
         def on_started(failure: str | None) -> None:
@@ -157,6 +146,14 @@ class FrontEndPool:
                 with contextlib.suppress(ProcessLookupError):
                     frontend.process.kill()
                 frontend.process.wait()
+
+    @property
+    def tasks(self) -> list[asyncio.Task]:
+        """None to watch here: a front end that stops is restarted."""
+        return []
+
+    def stops(self, timeout: float) -> list:
+        return [self.stop(timeout)]
 
     async def stop(self, timeout: float) -> bool:
         """Each front end stops accepting and drains its requests; False if one had to be killed."""

@@ -1,0 +1,102 @@
+"""The protocol adapters over one core, started and stopped together: the HTTP app on its listener and the gRPC
+server. Written once for both places that serve them: the process owning the models (``server.py``) and each
+front-end process (``frontends/process.py``), which differ only in the service they hand in (the core, or the
+core's remote proxy) and in sharing their ports with SO_REUSEPORT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.api import InferenceApi
+from runtime.auth import TokenAuth
+from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
+from runtime.http.app import create_http_app
+from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
+from runtime.http.server import HttpLimits, HttpServer
+from runtime.restricted_api import RestrictedApis
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AdapterSettings:
+    """What the HTTP and gRPC adapters serve, and under which limits (picklable: front ends receive it)."""
+
+    host: str = "0.0.0.0"
+    http_port: int | None = 8000
+    grpc_port: int | None = 8001
+    max_request_bytes: int = DEFAULT_MAX_BODY_BYTES
+    grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    json_decode_budget: int = DEFAULT_JSON_BUDGET_BYTES
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
+    grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
+    auth_token: str | None = None
+    auth_exempt_health: bool = True
+    http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --http-restricted-api
+    grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
+
+    def auth(self) -> TokenAuth | None:
+        return TokenAuth(self.auth_token) if self.auth_token else None
+
+
+def reuse_port_listener(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening socket in ``host:port``'s SO_REUSEPORT group (the owner holds the port in that group)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind((host.strip("[]"), port))
+    listener.listen(backlog)
+    listener.setblocking(False)
+    return listener
+
+
+class ProtocolAdapters:
+    """The gRPC server and the HTTP listener over ``service``, for the ports ``settings`` names."""
+
+    def __init__(self, service: InferenceApi, settings: AdapterSettings, reuse_port: bool = False) -> None:
+        self.service = service
+        self.settings = settings
+        self.reuse_port = reuse_port
+        self.http: HttpServer | None = None
+        self.grpc: Any = None  # grpc.aio.Server (grpc is imported only when gRPC is served)
+
+    async def start(self) -> None:
+        """Listen on every port; OSError (a port taken) leaves what started for :meth:`stop`."""
+        settings, auth = self.settings, self.settings.auth()
+        if settings.grpc_port is not None:
+            from runtime.grpc.server import create_grpc_server  # grpc loads only when gRPC is served
+
+            address = f"{settings.host}:{settings.grpc_port}"
+            self.grpc = create_grpc_server(self.service, address, settings.grpc_max_message_bytes, auth,
+                                           settings.grpc_limits, reuse_port=self.reuse_port,
+                                           restrictions=settings.grpc_restrictions)
+            await self.grpc.start()
+            logger.info("gRPC endpoint on %s", address)
+        if settings.http_port is not None:
+            app = create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
+                                  settings.http_limits.body_timeout, settings.json_decode_budget,
+                                  settings.http_limits.unsent_bytes(), settings.http_restrictions)
+            listening_fd = None
+            if self.reuse_port:
+                listening_fd = reuse_port_listener(settings.host, settings.http_port,
+                                                   settings.http_limits.backlog).detach()
+            self.http = HttpServer(app, settings.host, settings.http_port, settings.http_limits,
+                                   listening_fd=listening_fd)
+            await self.http.start()
+            logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", settings.host, settings.http_port)
+
+    @property
+    def tasks(self) -> list[asyncio.Task]:
+        """What ends if a listener stops on its own (the HTTP server's task)."""
+        return [self.http.task] if self.http is not None and self.http.task is not None else []
+
+    def stops(self, timeout: float) -> list:
+        """Awaitables that stop each adapter, draining its requests for at most ``timeout`` seconds."""
+        stops = [self.http.stop(timeout)] if self.http is not None else []
+        if self.grpc is not None:
+            stops.append(self.grpc.stop(timeout))
+        return stops
