@@ -16,7 +16,7 @@ The servers run with compiled bytecode, as an installed wheel (and so the image)
 environment may set PYTHONDONTWRITEBYTECODE, so they get a bytecode cache of their own (PYTHONPYCACHEPREFIX)
 that an unmeasured first start fills.
 
-Usage: ``.venv/bin/python scripts/bench_cold_start.py [--sync-gib 1] [--repeat 3] [--skip-sync]``
+Usage: ``.venv/bin/python -m scripts.bench_cold_start [--sync-gib 1] [--repeat 3] [--skip-sync]``
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from examples.build_models import build_add_sub_onnx
+from tests.support import IDENTITY_PYTHON_CONFIG, add_sub_config, free_port, python_model_source, write_model
 
-from examples.build_models import build_add_sub_onnx  # noqa: E402
-from tests.support import IDENTITY_PYTHON_CONFIG, add_sub_config, free_port, python_model_source, write_model  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
 ONNX_CONFIG = add_sub_config('platform: "onnxruntime_onnx"')

@@ -8,7 +8,7 @@ the Python model's worker) and the client's; the scaling ratio is against the on
 same run, with the issue's target of 0.7·k. The process owning the models handles every request once, so
 1 / (its CPU per request) bounds the rate any number of front ends reaches: printed as the ceiling.
 
-    .venv/bin/python scripts/bench_frontends.py [--cores 4] [--requests 40000] [--protocol grpc|http]
+    .venv/bin/python -m scripts.bench_frontends [--cores 4] [--requests 40000] [--protocol grpc|http]
 """
 
 from __future__ import annotations
@@ -28,13 +28,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from scripts.bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG, wait_ready
+from tests.support import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG, wait_ready  # noqa: E402
-
-from tests.support import free_port  # noqa: E402
 
 # 128 requests in flight: gRPC as 16 connections of 8 streams, HTTP/1.1 as 128 connections (connections are spread
 # over the front ends by the kernel, SO_REUSEPORT, so a single one would reach a single front end)

@@ -1,7 +1,7 @@
 """CPU per HTTP infer request of our ASGI application alone: no listener, no sockets, no client in the process's time.
 
-    .venv/bin/python scripts/bench_http_app.py [--model add_sub_onnx] [--requests 20000] [--concurrency 32]
-    .venv/bin/python scripts/bench_http_app.py --profile      # the same under cProfile, by own time
+    .venv/bin/python -m scripts.bench_http_app [--model add_sub_onnx] [--requests 20000] [--concurrency 32]
+    .venv/bin/python -m scripts.bench_http_app --profile      # the same under cProfile, by own time
 
 Drives ``create_http_app`` with ASGI messages (tritonclient's binary add_sub request, the answer discarded) on
 uvloop, ``--concurrency`` requests at a time, and prints this process's CPU per request: the adapter, the core and
@@ -18,22 +18,19 @@ import asyncio
 import cProfile
 import os
 import pstats
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 
 async def measure(model: str, requests: int, concurrency: int, profile: bool) -> None:
-    from bench_frontends import request_files
-    from bench_vs_triton import build_repository
-
     from runtime.adapters import AdapterSettings
     from runtime.http.app import create_http_app
     from runtime.server import Server, ServerOptions
+    from scripts.bench_frontends import request_files
+    from scripts.bench_vs_triton import build_repository
 
     work = Path(tempfile.mkdtemp(prefix="bench-http-app-"))
     repository = build_repository(work / "repo", "ours")

@@ -14,13 +14,13 @@ compression, are what an HTTP run measures).  Printed as ours / Triton ratios, f
   Triton has only the Python backend, so its row is against Triton's ``add_sub_batch``.
 
 Besides the ratios it prints the concurrency-1 p50 latency of ours minus Triton's, against a 0.1 ms target, and
-the gRPC stack's own floor measured in the same run: ``scripts/benchmark.py``'s grpc.aio echo server (ModelInfer
+the gRPC stack's own floor measured in the same run: ``scripts.benchmark``'s grpc.aio echo server (ModelInfer
 answered with its inputs, no model, no checks) under the same load for add_sub_batch, pinned like the servers,
 beside Triton's rate and CPU per request.
 
 Each point is the better of two rounds (``--rounds``), the servers taking turns, as in ../shared/bench-vs-triton.
 
-Usage: python scripts/bench_vs_triton.py [--requests N] [--concurrency 1 32] [--protocols grpc http] [--rounds 2]
+Usage: python -m scripts.bench_vs_triton [--requests N] [--concurrency 1 32] [--protocols grpc http] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from pathlib import Path
 import httpx
 import psutil
 
+from tests.conformance.servers import prepare_oracle
+from tests.support import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.conformance.servers import prepare_oracle  # noqa: E402
-from tests.support import free_port  # noqa: E402
 
 ADD_SUB = '''
 import json
@@ -216,10 +216,10 @@ def start_ours(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int, 
 
 
 def start_grpc_floor() -> tuple[subprocess.Popen, None, int]:
-    """The gRPC stack's own cost, pinned like the servers: ``scripts/benchmark.py``'s grpc.aio echo server, which
+    """The gRPC stack's own cost, pinned like the servers: ``scripts.benchmark``'s grpc.aio echo server, which
     answers ModelInfer with its inputs (no model, no checks), started and answering ServerLive."""
     port = free_port()
-    process = subprocess.Popen([*pinned(0), sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--echo-server",
+    process = subprocess.Popen([*pinned(0), sys.executable, "-m", "scripts.benchmark", "--echo-server",
                                 str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_grpc_live(port, process)

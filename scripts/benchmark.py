@@ -1,6 +1,6 @@
 """Benchmark: our server against bare onnxruntime and Seldon MLServer, in one run.
 
-    .venv/bin/python scripts/benchmark.py [--quick] [--skip-mlserver] [--skip-triton] [--skip-frontends] [--output F]
+    .venv/bin/python -m scripts.benchmark [--quick] [--skip-mlserver] [--skip-triton] [--skip-frontends] [--output F]
 
 Starts `bootstrap run` on loopback with a generated repository (a compute-bound MLP and a
 near-identity model, each with dynamic batching on and off), drives it with the real
@@ -55,16 +55,13 @@ from pathlib import Path
 
 import numpy as np
 
+from examples.build_models import build_dense_onnx, save_onnx
+from scripts.bench_frontends import available as frontends_available
+from scripts.bench_frontends import print_scaling, scaling
+from scripts.bench_vs_triton import pinned, print_ratios, ratios, side_by_side, wait_grpc_live
+from scripts.bench_vs_triton import targets as triton_targets
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from examples.build_models import build_dense_onnx, save_onnx  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_frontends import available as frontends_available  # noqa: E402
-from bench_frontends import print_scaling, scaling  # noqa: E402
-from bench_vs_triton import pinned, print_ratios, ratios, side_by_side, wait_grpc_live  # noqa: E402
-from bench_vs_triton import targets as triton_targets  # noqa: E402
 
 SERVER_CPU = 0  # every server, and bare onnxruntime; the load generator gets the rest
 PINNING = (os.cpu_count() or 1) > 1 and hasattr(os, "sched_setaffinity")
@@ -383,8 +380,8 @@ class EchoServer:
 
     def __init__(self) -> None:
         self.grpc_port = free_port()
-        self.process = subprocess.Popen([*pinned(SERVER_CPU), sys.executable, __file__, "--echo-server",
-                                         str(self.grpc_port)], cwd=ROOT)
+        self.process = subprocess.Popen([*pinned(SERVER_CPU), sys.executable, "-m", "scripts.benchmark",
+                                         "--echo-server", str(self.grpc_port)], cwd=ROOT)
         wait_grpc_live(self.grpc_port, self.process, timeout=30)
 
     def stop(self) -> None:

@@ -25,4 +25,4 @@ print("torch", torch.__version__, torch.cuda.get_device_name(0), "| onnxruntime"
 PY
 "$PYTHON" -m examples.build_models
 timeout 420 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
-timeout 120 "$PYTHON" scripts/benchmark.py --quick --skip-mlserver --skip-triton --output bench_results_gpu.json
+timeout 120 "$PYTHON" -m scripts.benchmark --quick --skip-mlserver --skip-triton --output bench_results_gpu.json

@@ -1,6 +1,6 @@
 """Where a small request's CPU goes: each protocol's floor beside our server, CPU per request by thread.
 
-    .venv/bin/python scripts/profile_floors.py            # needs h2load (apt install nghttp2-client) and taskset
+    .venv/bin/python -m scripts.profile_floors            # needs h2load (apt install nghttp2-client) and taskset
 
 Serves, one at a time on CPU 0, with h2load on CPU 1 and 128 requests in flight (gRPC: 16 connections x 8
 streams; HTTP/1.1: 128 connections):
@@ -29,13 +29,11 @@ from pathlib import Path
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-from bench_frontends import request_files  # noqa: E402
-from bench_vs_triton import build_repository, wait_ready  # noqa: E402
+from scripts.bench_frontends import request_files
+from scripts.bench_vs_triton import build_repository, wait_ready
+from tests.support import free_port
 
-from tests.support import free_port  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 REQUESTS = 60000
 LOAD = {"grpc": ["-c", "16", "-m", "8"], "http": ["--h1", "-c", "128", "-m", "1"]}
@@ -126,10 +124,11 @@ def main() -> None:
         repository = build_repository(folder / "repo", "ours")
         infer = "/inference.GRPCInferenceService/ModelInfer"
         port = free_port()
-        profile("grpc.aio echo (floor)", "grpc", [python, "scripts/benchmark.py", "--echo-server", str(port)],
+        profile("grpc.aio echo (floor)", "grpc", [python, "-m", "scripts.benchmark", "--echo-server", str(port)],
                 port, infer, request_files(folder)["grpc"], only=only)
         port = free_port()
-        profile("granian ASGI echo (floor)", "http", [python, __file__, "--http-echo", str(port)], port,
+        profile("granian ASGI echo (floor)", "http", [python, "-m", "scripts.profile_floors", "--http-echo",
+                                                      str(port)], port,
                 "/v2/models/add_sub_batch/infer", request_files(folder)["http"], only=only)
         for protocol in ("grpc", "http"):
             for model in ("add_sub_onnx", "add_sub_batch"):

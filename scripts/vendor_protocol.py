@@ -6,7 +6,7 @@ is a tenth of a cold start. The copies are the wheel's files, byte for byte, exc
 its sibling from here. They register the same descriptors in protobuf's default pool, so their message classes
 are tritonclient's own (``tests/test_protocol.py`` checks both). Run it after changing the tritonclient pin:
 
-    .venv/bin/python scripts/vendor_protocol.py
+    .venv/bin/python -m scripts.vendor_protocol
 """
 
 from __future__ import annotations

@@ -6,16 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.vendor_protocol import MODULES, TARGET, generated_sources
 
-from vendor_protocol import MODULES, TARGET, generated_sources  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_vendored_modules_are_the_pinned_wheels_files():
     """A tritonclient pin moved without running scripts/vendor_protocol.py fails here."""
     for name, text in generated_sources().items():
-        assert (TARGET / f"{name}.py").read_text(encoding="utf-8") == text, f"rerun scripts/vendor_protocol.py ({name})"
+        assert (TARGET / f"{name}.py").read_text(encoding="utf-8") == text, f"rerun scripts.vendor_protocol ({name})"
     assert {path.stem for path in TARGET.glob("*_pb2.py")} == set(MODULES)
 
 
