@@ -24,5 +24,5 @@ assert "CUDAExecutionProvider" in onnxruntime.get_available_providers(), onnxrun
 print("torch", torch.__version__, torch.cuda.get_device_name(0), "| onnxruntime", onnxruntime.__version__)
 PY
 "$PYTHON" -m examples.build_models
-timeout 420 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
+timeout 420 "$PYTHON" -m pytest -q -p no:cacheprovider -m gpu tests/e2e/test_gpu.py
 timeout 120 "$PYTHON" -m scripts.benchmark --quick --skip-mlserver --skip-triton --output bench_results_gpu.json

@@ -1,4 +1,4 @@
-"""Python models written against Triton's documented Python-backend API, for tests/test_python_api.py."""
+"""Python models written against Triton's documented Python-backend API, for tests/e2e/test_python_api.py."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any
 from runtime.api import REMOTE_CALLS
 from runtime.errors import InternalError, ServingError
 from runtime.frontends.messages import pack_response, pack_stream_response, unpack_request
-from runtime.frontends.wire import Link, open_link
+from runtime.frontends.wire import FrontEndLink, open_link
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class OwnerEndpoint:
         self.service = service
         self.on_started = on_started
         self.on_heartbeat = on_heartbeat
-        self.link: Link | None = None
+        self.link: FrontEndLink | None = None
         self.running: dict[int, asyncio.Task] = {}
 
     def on_message(self, message: tuple) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from runtime.errors import Unavailable
 from runtime.frontends.messages import pack_request, unpack_response, unpack_stream_response
-from runtime.frontends.wire import Link, LinkClosed, open_link, receive_blocking, send_blocking
+from runtime.frontends.wire import FrontEndLink, LinkClosed, open_link, receive_blocking, send_blocking
 from runtime.types import InferRequest, InferResponse, StreamResponse
 
 DECOUPLED_MEMORY_SECONDS = 1.0
@@ -38,7 +38,7 @@ class RemoteService:
         self._on_lost = on_lost
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future | asyncio.Queue] = {}
-        self._channel: Link | None = None
+        self._channel: FrontEndLink | None = None
         self._decoupled: dict[tuple[str, str], tuple[bool, float]] = {}
         self.lost = False
         self.shutting_down = False

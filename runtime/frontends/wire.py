@@ -82,7 +82,7 @@ def decode(frame: bytes | bytearray) -> Any:
     return pickle.loads(pickled, buffers=buffers)
 
 
-class Link(asyncio.Protocol):
+class FrontEndLink(asyncio.Protocol):
     """One end of a link on the event loop: each complete frame that arrives goes to ``on_message`` at once (no
     task or future per frame), and frames sent in one turn of the loop leave in one write."""
 
@@ -165,9 +165,9 @@ class Link(asyncio.Protocol):
             await asyncio.wait_for(asyncio.shield(self.closed), timeout)
 
 
-async def open_link(sock: socket.socket, on_message: Callable[[Any], None]) -> Link:
-    """A :class:`Link` over a connected Unix socket."""
-    _, link = await asyncio.get_running_loop().create_unix_connection(lambda: Link(on_message), sock=sock)
+async def open_link(sock: socket.socket, on_message: Callable[[Any], None]) -> FrontEndLink:
+    """A :class:`FrontEndLink` over a connected Unix socket."""
+    _, link = await asyncio.get_running_loop().create_unix_connection(lambda: FrontEndLink(on_message), sock=sock)
     return link
 
 

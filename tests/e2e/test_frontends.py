@@ -1,5 +1,5 @@
 """Front-end processes (``--frontend-processes N``): N processes serve HTTP and gRPC on the same ports over the
-one process that owns the models. What a client sees must not change (tests/test_python_api.py runs whole in
+one process that owns the models. What a client sees must not change (tests/e2e/test_python_api.py runs whole in
 this mode too); the processes must come and go with the server."""
 
 from __future__ import annotations

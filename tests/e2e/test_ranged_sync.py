@@ -13,8 +13,8 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from tests.conftest import S3_ENV
+from tests.e2e.test_sync import VERSION_CONFIG, make_sync, put
 from tests.support import ROOT, FaultyProxy
-from tests.test_sync import VERSION_CONFIG, make_sync, put
 
 MIB = 1 << 20
 

@@ -27,8 +27,8 @@ import tritonclient.http as httpclient
 
 from examples.build_models import build_add_sub_onnx
 from tests.conftest import ONNX_ADD_SUB_CONFIG, S3_ENV, VERSION_PYTHON
+from tests.e2e.test_cli import upload
 from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, free_port, write_model
-from tests.test_cli import upload
 
 REPLICAS = 3
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)

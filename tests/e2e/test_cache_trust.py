@@ -18,8 +18,8 @@ from bootstrap.storage import StorageError
 from bootstrap.sync import RepositorySync, SyncError
 from runtime.models.repository import ModelRepository
 from tests.conftest import S3_ENV
+from tests.e2e.test_sync import files_under, make_sync, upload_versioned
 from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source
-from tests.test_sync import files_under, make_sync, upload_versioned
 
 IDENTITY = python_model_source("return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', "
                                "pb_utils.get_input_tensor_by_name(r, 'IN').as_numpy())]) for r in requests]")

@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 
 from examples.build_models import build_add_sub_onnx, save_onnx
 from tests.conftest import S3_ENV
+from tests.e2e.test_cli import bootstrap, storage_config, upload
 from tests.support import ServerProcess, write_model
-from tests.test_cli import bootstrap, storage_config, upload
 
 
 def build_fixed_scale_onnx(path) -> None:
