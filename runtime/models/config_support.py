@@ -3,7 +3,7 @@
 A field whose absence would change what a model computes (extra batch inputs, an iterative sequence, a custom
 operations library, a repository agent that decrypts or checks the files) makes the load fail, naming it.  A field
 that only tunes how Triton runs a model (GPU memory, TensorRT profiles, rate limits, eager batching) is ignored with
-a warning naming it.  The README lists both.
+a warning naming it.  docs/features.md lists both.
 """
 
 from __future__ import annotations
