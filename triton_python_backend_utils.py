@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from handlers.python import model_host
+
 TRITON_STRING_TO_NUMPY: dict[str, Any] = {
     "TYPE_BOOL": bool,
     "TYPE_UINT8": np.uint8,
@@ -111,22 +113,8 @@ class Host(Protocol):
     def control(self, operation: str, *arguments: Any) -> Any: ...
 
 
-_hosts = threading.local()
-_default_host: Host | None = None
-_default_model_dir = ""
-
-
-def _install_host(host: Host, thread_only: bool = False, model_dir: str = "") -> None:
-    """Used by the runner: the host of this process (or, for in-process models, of this thread), and the folder
-    of the model version it runs (``get_model_dir``)."""
-    global _default_host, _default_model_dir
-    _hosts.current, _hosts.model_dir = host, model_dir
-    if not thread_only or _default_host is None:
-        _default_host, _default_model_dir = host, model_dir
-
-
 def _host() -> Host:
-    host = getattr(_hosts, "current", None) or _default_host
+    host = model_host.current()
     if host is None:
         raise TritonModelException("this call needs a running model: it is not available here")
     return host
@@ -134,7 +122,7 @@ def _host() -> Host:
 
 def get_model_dir() -> str:
     """The folder of the model version this model runs from (``<repository>/<model>/<version>``), as in Triton."""
-    return getattr(_hosts, "model_dir", None) or _default_model_dir
+    return model_host.model_dir()
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -449,7 +437,7 @@ class InferenceRequest:
 
 
 def _infer_on(host: Host, request: InferenceRequest, decoupled: bool) -> Any:
-    _hosts.current = host
+    model_host.set_thread_host(host)
     return host.infer(request, decoupled)
 
 
@@ -640,3 +628,6 @@ class ModelConfig:
                 existing.update(tensor)
                 return
         entries.append(dict(tensor))
+
+
+model_host.register_requests(InferenceRequest._received, lambda request: request._release_flags)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 # handler name (runtime/models/config.py) -> (module, class), imported only when a model of that kind loads
 _HANDLERS = {
-    "onnxruntime": ("handlers.onnx", "OnnxRuntimeHandler"),
+    "onnxruntime": ("handlers.onnx.handler", "OnnxRuntimeHandler"),
     "pytorch": ("handlers.torchscript", "TorchScriptHandler"),
     "tensorflow_savedmodel": ("handlers.tensorflow", "SavedModelHandler"),
     "tensorflow_graphdef": ("handlers.tensorflow", "GraphDefHandler"),

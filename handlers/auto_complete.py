@@ -17,7 +17,7 @@ def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
 
         return complete_python(config, model_dir)
     if config.platform == "onnxruntime_onnx" or config.backend == "onnxruntime":
-        from handlers.onnx_auto_complete import complete_onnx_config
+        from handlers.onnx.auto_complete import complete_onnx_config
 
         return complete_onnx_config(config, model_dir)
     return config

@@ -248,7 +248,7 @@ def server_session_options(config_text: str):
     onnxruntime run with them differs from the server only by the serving."""
     import onnxruntime as ort
 
-    from handlers.onnx_options import session_plan
+    from handlers.onnx.options import session_plan
     from runtime.models.config import parse_model_config
 
     spec = parse_model_config(config_text, "dense")

@@ -1,5 +1,6 @@
 """The layers' one direction (../shared/architecture.md): the core never imports a backend; the backends' registry
-and auto-complete are handed to it by the composition root (bootstrap)."""
+and auto-complete are handed to it by the composition root (bootstrap). And no module reads another's private
+members (tests included): what a second module needs is a public interface."""
 
 from __future__ import annotations
 
@@ -24,3 +25,49 @@ def test_runtime_never_imports_handlers_or_bootstrap():
                                                        if m.split(".")[0] in ("handlers", "bootstrap"))
                  for path in (ROOT / "runtime").rglob("*.py")}
     assert {path: modules for path, modules in offenders.items() if modules} == {}
+
+
+_OURS = ("runtime", "handlers", "bootstrap", "tests", "scripts", "examples", "triton_python_backend_utils")
+# Private names of other libraries that we use on purpose: os._exit (a process that must end now), torch's JIT
+# switches (as Triton's pytorch backend sets them) and the kubernetes client's deserializer (the deploy manifests
+# checked against the API's own models).
+_THIRD_PARTY_PRIVATE = ("os", "sys", "torch", "kubernetes")
+
+
+def _defined_here(tree: ast.AST) -> set[str]:
+    """Private names a file defines itself (functions, classes, attributes it assigns): its own to read."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def _private_reach_ins(path: Path) -> list[str]:
+    """``from <ours> import _name``, and ``<something>._name`` where the file does not define ``_name`` itself."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = _defined_here(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in _OURS:
+            found += [f"import {node.module}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = ast.unparse(node.value)
+            if (owner in ("self", "cls", "super()") or node.attr in own
+                    or owner.split(".")[0] in _THIRD_PARTY_PRIVATE):
+                continue
+            found.append(f"{owner}.{node.attr} (line {node.lineno})")
+    return found
+
+
+def test_no_module_reads_another_ones_private_members():
+    files = [ROOT / "triton_python_backend_utils.py"]
+    for folder in ("runtime", "handlers", "bootstrap", "tests", "scripts"):
+        files += [path for path in (ROOT / folder).rglob("*.py") if "protocol" not in path.relative_to(ROOT).parts]
+    offenders = {str(path.relative_to(ROOT)): found for path in files if (found := _private_reach_ins(path))}
+    assert offenders == {}

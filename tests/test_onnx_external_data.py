@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from handlers.base import HandlerContext
-from handlers.onnx import OnnxRuntimeHandler, check_external_data
+from handlers.onnx.handler import OnnxRuntimeHandler, check_external_data
 from runtime.errors import ModelLoadError
 from runtime.models.config import parse_model_config
 from tests.support import add_sub_config
@@ -98,7 +98,7 @@ def test_a_model_without_external_data_is_not_parsed_again(tmp_path):
     plain = _save(tmp_path / "plain.onnx", helper.make_graph([helper.make_node("Identity", ["X"], ["Y"])], "g",
                                                               inputs, outputs))
     external = _save(tmp_path / "external.onnx", sparse_initializer("weights.bin")[0])
-    probe = ("import sys; from pathlib import Path; from handlers.onnx import check_external_data; "
+    probe = ("import sys; from pathlib import Path; from handlers.onnx.handler import check_external_data; "
              "check_external_data(Path(sys.argv[1])); print('onnx' in sys.modules)")
     root = Path(__file__).resolve().parents[1]
     imported = [subprocess.run([sys.executable, "-c", probe, str(path)], cwd=root, capture_output=True, text=True,

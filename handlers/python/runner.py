@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
+from handlers.python import model_host
 from runtime.errors import ModelLoadError, Status
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ class ModelRunner:
         return self.spec.args.get("model_instance_name") or self.spec.model_name
 
     def load(self) -> None:
-        pb_utils._install_host(self.host, self.thread_only, self.spec.version_dir)
+        model_host.install(self.host, self.thread_only, self.spec.version_dir)
         cls = model_class(self.spec)
         try:
             self.model = cls()
@@ -177,7 +178,7 @@ class ModelRunner:
 
     def requests(self, batch: list[RequestData]) -> list[pb_utils.InferenceRequest]:
         return [
-            pb_utils.InferenceRequest._received(
+            model_host.received_request(
                 data.key, self.host, [pb_utils.Tensor(n, a) for n, a in data.inputs], data.request_id,
                 data.outputs, data.parameters, self.spec.model_name, self.spec.version, data.correlation_id,
                 data.flags, data.timeout,
@@ -189,7 +190,7 @@ class ModelRunner:
         """Default mode: one result per request.  Decoupled mode: None once ``execute`` returned (responses go
         through the requests' senders); an error result per request if it raised.  ``origin``: where the batch's
         BLS calls come from."""
-        pb_utils._install_host(self.host, self.thread_only, self.spec.version_dir)
+        model_host.install(self.host, self.thread_only, self.spec.version_dir)
         BLS_ORIGIN.set(origin)
         requests = self.requests(batch)
         try:
@@ -236,8 +237,9 @@ class ModelRunner:
             return [error_result(f"model '{name}' execute returned {count} responses for {len(requests)} "
                                  "requests")] * len(requests)
         results = []
+        reschedule = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         for request, response in zip(requests, responses, strict=True):
-            if response is None and request._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            if response is None and model_host.release_flags(request) & reschedule:
                 results.append(None)  # rescheduled: it comes back in a later batch
             elif response is None:
                 results.append(error_result(f"model '{name}' returned None for a request it did not reschedule"))
@@ -247,7 +249,7 @@ class ModelRunner:
 
     def finalize(self) -> None:
         if self.model is not None and hasattr(self.model, "finalize"):
-            pb_utils._install_host(self.host, self.thread_only, self.spec.version_dir)
+            model_host.install(self.host, self.thread_only, self.spec.version_dir)
             try:
                 self.model.finalize()
             except Exception as exc:  # noqa: BLE001

@@ -165,7 +165,7 @@ class SequenceScheduler:
         tensors = []
         for control in self.sequence.controls:
             if control.kind == "CONTROL_SEQUENCE_CORRID":
-                value = _corrid_value(request.correlation_id, control.datatype)
+                value = corrid_value(request.correlation_id, control.datatype)
             else:
                 on = {"CONTROL_SEQUENCE_START": start, "CONTROL_SEQUENCE_END": end,
                       "CONTROL_SEQUENCE_READY": True}[control.kind]
@@ -221,7 +221,7 @@ def _flag(parameters: dict[str, Any], key: str) -> bool:
     return value
 
 
-def _corrid_value(correlation_id: int | str, datatype: str) -> int | str:
+def corrid_value(correlation_id: int | str, datatype: str) -> int | str:
     """The CORRID control's value: the ID itself; for a string ID in a numeric control, what Triton 2.51 gives
     (checked against it): the string's tensor serialization (4-byte little-endian length, then the bytes) read
     as that number, zero-padded or cut to its size ("abc" in UINT64: 0x0063626100000003)."""

@@ -9,7 +9,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from examples.build_models import build_add_sub_onnx
-from handlers.onnx_options import _tensorrt_options, session_plan
+from handlers.onnx.options import session_plan, tensorrt_options
 from runtime.errors import ModelLoadError
 from runtime.models.config import parse_model_config
 from tests.conftest import ONNX_ADD_SUB_CONFIG
@@ -57,15 +57,15 @@ def test_accelerators_the_host_lacks_are_refused_with_what_to_install():
 
 
 def test_tensorrt_parameters_map_to_the_provider_options_as_tritons_table_says():
-    options = _tensorrt_options({"precision_mode": "FP16", "max_workspace_size_bytes": "1073741824",
+    options = tensorrt_options({"precision_mode": "FP16", "max_workspace_size_bytes": "1073741824",
                                  "trt_engine_cache_enable": "1", "trt_engine_cache_path": "/tmp/trt"}, 1)
     assert options == {"device_id": 1, "trt_fp16_enable": True, "trt_int8_enable": False,
                        "trt_max_workspace_size": 1073741824, "trt_engine_cache_enable": True,
                        "trt_engine_cache_path": "/tmp/trt"}
     with pytest.raises(ModelLoadError, match="precision_mode must be FP32, FP16 or INT8"):
-        _tensorrt_options({"precision_mode": "FP8"}, 0)
+        tensorrt_options({"precision_mode": "FP8"}, 0)
     with pytest.raises(ModelLoadError, match="unknown tensorrt accelerator parameter 'turbo'"):
-        _tensorrt_options({"turbo": "1"}, 0)
+        tensorrt_options({"turbo": "1"}, 0)
 
 
 def test_served_models_honour_the_settings_or_say_why_not(tmp_path):

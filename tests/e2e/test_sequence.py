@@ -404,6 +404,6 @@ def test_the_sequence_batchers_own_queue_delay_and_preferred_sizes_drive_its_bat
     ("order-42", "BYTES", "order-42"),
 ])
 def test_a_string_id_in_a_numeric_corrid_control_reads_as_tritons(ident, datatype, expected):
-    from runtime.scheduling.sequence import _corrid_value
+    from runtime.scheduling.sequence import corrid_value
 
-    assert _corrid_value(ident, datatype) == expected
+    assert corrid_value(ident, datatype) == expected

@@ -47,7 +47,7 @@ def _count(value: str, name: str) -> int:
     return int(value)
 
 
-def _tensorrt_options(parameters: dict[str, str], device_id: int) -> dict[str, Any]:
+def tensorrt_options(parameters: dict[str, str], device_id: int) -> dict[str, Any]:
     options: dict[str, Any] = {"device_id": device_id}
     for key, value in parameters.items():
         if key == "precision_mode":
@@ -108,7 +108,7 @@ def session_plan(ort: Any, config: Any, parameters: dict[str, str], use_gpu: boo
                     raise ModelLoadError("the tensorrt execution accelerator needs an onnxruntime-gpu built with "
                                          "TensorRT, and TensorRT's libraries, on this host")
                 providers.append(("TensorrtExecutionProvider",
-                                  _tensorrt_options(dict(accelerator.parameters), device_id)))
+                                  tensorrt_options(dict(accelerator.parameters), device_id)))
             elif accelerator.name == "cuda":
                 cuda.update(dict(accelerator.parameters))
             else:

@@ -1,5 +1,5 @@
 """ONNX Runtime handler: CUDA execution provider when present (TensorRT or OpenVINO when the config asks for
-them: handlers/onnx_options.py), CPU otherwise."""
+them: handlers/onnx/options.py), CPU otherwise."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from handlers.base import HandlerContext, TensorHandler, require_module
-from handlers.onnx_options import session_plan
+from handlers.onnx.options import session_plan
 from runtime.datatypes import as_bytes_array
 from runtime.errors import InternalError, ModelLoadError
 
