@@ -93,10 +93,24 @@ def build_linear_torchscript(path: Path) -> None:
     torch.jit.save(torch.jit.script(Linear()), str(path))
 
 
+TINY_LLM_SPECIAL_TOKENS = ["[UNK]", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def build_word_tokenizer(corpus: Path, path: Path) -> None:
+    """A word-level tokenizer (Hugging Face ``tokenizers``) trained on ``corpus``, with ChatML's special tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train([str(corpus)], trainers.WordLevelTrainer(special_tokens=TINY_LLM_SPECIAL_TOKENS))
+    tokenizer.save(str(path))
+
+
 def build_example_models(repository: Path = EXAMPLE_REPOSITORY) -> None:
     """Write the generated model files of the example repository."""
     build_add_sub_onnx(repository / "simple_onnx" / "1" / "model.onnx")
     build_linear_torchscript(repository / "simple_torch" / "1" / "model.pt")
+    build_word_tokenizer(repository / "tiny_llm" / "corpus.txt", repository / "tiny_llm" / "tokenizer.json")
 
 
 def main() -> None:

@@ -132,6 +132,11 @@ class InferenceService:
     def model_config(self, name: str, version: str = "") -> ModelSpec:
         return self.manager.get(name, version).spec
 
+    def model_directory(self, name: str, version: str = "") -> str:
+        """A served model's folder (what sits beside config.pbtxt: a chat template, a tokenizer)."""
+        folder = self.manager.get(name, version).model_dir
+        return str(folder) if folder is not None else ""
+
     def model_statistics(self, name: str = "", version: str = "") -> dict:
         """Triton's statistics extension: every loaded version, or those of one model."""
         if name:
@@ -244,12 +249,18 @@ class InferenceService:
             resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
+            decoupled, last = model.spec.decoupled, time.perf_counter() if model.spec.decoupled else 0.0
+            first = True
             async for item in stream_responses(model, request, batch_size, self._response,
                                                lambda: self._run(model, request, batch_size)):
                 if item.response is not None:
                     write_outputs(self.shared_memory, request, item.response)
                     if trace is not None:
                         trace.event("INFER_RESPONSE_COMPLETE")
+                    if decoupled:  # time to first response, then between responses (an LLM's tokens)
+                        now = time.perf_counter()
+                        model.stats.record_response(first, (now - last) * 1000)
+                        first, last = False, now
                 yield item
         finally:
             self.in_flight -= 1

@@ -75,6 +75,26 @@ class ServerCollector:
         if gpu_count():
             yield from _gpu_metrics()
         yield _batch_size_histogram(models)
+        decoupled = [model for model, _ in models if model.spec.decoupled]
+        yield from _latency_histograms(decoupled)
+
+
+def _latency_histograms(models: list[ModelVersion]) -> Iterator[Metric]:
+    """Triton's time to first response of decoupled models, and ours: the time between their responses."""
+    first = Metric("nv_inference_first_response_histogram_ms", "Duration from request to first response in "
+                   "milliseconds", "histogram")
+    between = Metric("serverless_triton_response_interval_ms", "Time between two responses of one request to a "
+                     "decoupled model (an LLM's time per output chunk) in milliseconds", "histogram")
+    for model in models:
+        labels = _labels(model)
+        for metric, (buckets, total, count) in zip((first, between), model.stats.latency_histograms(), strict=True):
+            for bound, cumulative in buckets:
+                metric.add_sample(f"{metric.name}_bucket", labels | {"le": _number(bound)}, cumulative)
+            metric.add_sample(f"{metric.name}_bucket", labels | {"le": "+Inf"}, count)
+            metric.add_sample(f"{metric.name}_count", labels, count)
+            metric.add_sample(f"{metric.name}_sum", labels, total)
+    yield first
+    yield between
 
 
 def _metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, str], float]]) -> Metric:

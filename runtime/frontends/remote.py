@@ -149,6 +149,9 @@ class RemoteService:
     def model_config(self, name: str, version: str = "") -> Any:
         return self._blocking("model_config", name, version)
 
+    def model_directory(self, name: str, version: str = "") -> str:
+        return self._blocking("model_directory", name, version)
+
     def model_statistics(self, name: str = "", version: str = "") -> dict:
         return self._blocking("model_statistics", name, version)
 

@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.api import InferenceApi
@@ -31,6 +31,7 @@ from runtime.http.infer_route import InferRoute
 from runtime.http.restricted import RestrictedApiMiddleware
 from runtime.http.sending import UnsentBytes
 from runtime.http.status import error_body, error_status
+from runtime.openai.routes import create_openai_app
 from runtime.restricted_api import RestrictedApis
 
 logger = logging.getLogger(__name__)
@@ -269,6 +270,7 @@ def create_http_app(
             Route(prefix + "/generate", generate.generate, methods=["POST"]),
             Route(prefix + "/generate_stream", generate.generate_stream, methods=["POST"]),
         ]
+    routes.append(Mount("/v1", app=create_openai_app(service, max_body_bytes, body_timeout)))  # OpenAI's API
     exception_handlers = {ServingError: _serving_error, HTTPException: _http_error, Exception: _unexpected_error}
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect

@@ -37,6 +37,34 @@ class BatchStats:
     compute_output: Duration = field(default_factory=Duration)
 
 
+# Triton's default buckets of nv_inference_first_response_histogram_ms, and ours for the time between responses.
+FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+RESPONSE_INTERVAL_BUCKETS_MS = (1.0, 5.0, 10.0, 50.0, 100.0, 500.0)
+
+
+@dataclass
+class LatencyHistogram:
+    """Observations (ms) counted into fixed buckets, as a Prometheus histogram reports them."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, milliseconds: float) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.bounds)
+        for index, bound in enumerate(self.bounds):
+            if milliseconds <= bound:
+                self.counts[index] += 1
+        self.total += milliseconds
+        self.count += 1
+
+    def snapshot(self) -> tuple[list[tuple[float, int]], float, int]:
+        """(cumulative count at each bound, sum, count)."""
+        return list(zip(self.bounds, self.counts or [0] * len(self.bounds), strict=True)), self.total, self.count
+
+
 _PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 
 
@@ -50,6 +78,9 @@ class ModelStatistics:
     phases: dict[str, Duration] = field(default_factory=lambda: {p: Duration() for p in _PHASES})
     batches: dict[int, BatchStats] = field(default_factory=dict)
     failures: dict[FailureReason, int] = field(default_factory=lambda: dict.fromkeys(FailureReason, 0))
+    first_response: LatencyHistogram = field(default_factory=lambda: LatencyHistogram(FIRST_RESPONSE_BUCKETS_MS))
+    response_interval: LatencyHistogram = field(
+        default_factory=lambda: LatencyHistogram(RESPONSE_INTERVAL_BUCKETS_MS))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_request(self, failure: FailureReason | None, total_ns: int, queue_ns: int, batch_size: int) -> None:
@@ -88,6 +119,17 @@ class ModelStatistics:
             batch.compute_input.add(input_ns)
             batch.compute_infer.add(infer_ns)
             batch.compute_output.add(output_ns)
+
+    def record_response(self, first: bool, milliseconds: float) -> None:
+        """A decoupled model's response: ``milliseconds`` since its request began (the first) or since the previous
+        response (the others)."""
+        with self._lock:
+            (self.first_response if first else self.response_interval).observe(milliseconds)
+
+    def latency_histograms(self) -> tuple[tuple, tuple]:
+        """Snapshots of the first-response and between-responses histograms."""
+        with self._lock:
+            return self.first_response.snapshot(), self.response_interval.snapshot()
 
     def failure_counts(self) -> dict[FailureReason, int]:
         with self._lock:
