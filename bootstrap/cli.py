@@ -90,6 +90,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
     from runtime.adapters import AdapterSettings
     from runtime.grpc.limits import GrpcLimits
     from runtime.http.server import HttpLimits
+    from runtime.models.on_demand import OnDemandSettings
     from runtime.server import ServerOptions
 
     http_restrictions, grpc_restrictions = restrictions(settings)
@@ -98,6 +99,9 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         source=source,
         model_control=settings.model_control,
         startup_models=settings.load_models,
+        on_demand=OnDemandSettings(keep_warm=settings.keep_warm_seconds, memory_budget=settings.memory_budget_bytes,
+                                   always_loaded=settings.always_loaded, load_deadline=settings.load_deadline_seconds,
+                                   retry_after=settings.retry_after_seconds),
         model_load_concurrency=settings.model_load_thread_count,
         poll_interval=settings.poll_interval_seconds,
         idle_timeout=settings.idle_timeout_seconds,

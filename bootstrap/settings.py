@@ -268,9 +268,11 @@ class FunctionSettings:
     auth_exempt_health: bool = setting(True, key="auth.exempt_health", check=boolean,
                                        meaning="leave `/v2/health/live` and `/v2/health/ready` open")
     model_control: str = setting(
-        "none", key="model_control.mode", check=one_of("none", "poll", "explicit"),
-        meaning="`none`, `poll`, or `explicit`",
-        flags=[Flag("--model-control-mode", "model control mode", choices=("none", "poll", "explicit"))])
+        "none", key="model_control.mode", check=one_of("none", "poll", "explicit", "on_demand"),
+        meaning="`none`, `poll`, `explicit` (as Triton's), or `on_demand`: each model loads at its first call, "
+                "stays while used, and is unloaded when idle or to make room in the memory budget",
+        flags=[Flag("--model-control-mode", "model control mode",
+                    choices=("none", "poll", "explicit", "on_demand"))])
     poll_interval_seconds: float = setting(
         5.0, key="model_control.poll_interval_seconds", check=seconds,
         meaning="how often poll mode re-lists storage / rescans",
@@ -280,6 +282,26 @@ class FunctionSettings:
         meaning="explicit mode: models to load at start, `*` for all (a repeatable flag, replacing the list)",
         flags=[Flag("--load-model", "explicit mode: load this model at start (repeatable; '*' loads every model)",
                     metavar="NAME", repeatable=True, adds=False)])
+    keep_warm_seconds: float = setting(
+        300.0, key="model_control.keep_warm_seconds", check=seconds_or_zero,
+        meaning="on_demand: a model unused this long is unloaded (`0`: never for idleness)",
+        flags=[Flag("--keep-warm-seconds", "on_demand: seconds a model stays loaded unused", float)])
+    memory_budget_bytes: int = setting(
+        0, key="model_control.memory_budget_bytes", check=byte_count,
+        meaning="on_demand: host memory models may hold; before a load, the least recently used idle models are "
+                "unloaded until the new one fits (`0`: no budget)",
+        flags=[Flag("--memory-budget-bytes", "on_demand: host memory models may hold", int, metavar="BYTES")])
+    always_loaded: tuple[str, ...] = setting(
+        (), key="model_control.always_loaded", check=text_list("model names"),
+        meaning="on_demand: models loaded at start and never unloaded for idleness or room",
+        flags=[Flag("--always-load", "on_demand: keep this model loaded (repeatable)", metavar="NAME",
+                    repeatable=True)])
+    load_deadline_seconds: float = setting(
+        120.0, key="model_control.load_deadline_seconds", check=seconds,
+        meaning="on_demand: how long a first call waits for its model's download and load (then 503)")
+    retry_after_seconds: float = setting(
+        30.0, key="model_control.retry_after_seconds", check=seconds_or_zero,
+        meaning="on_demand: a model that failed to load answers with its reason this long before it is tried again")
     idle_timeout_seconds: float = setting(0.0, key="idle_timeout_seconds", check=seconds_or_zero,
                                           meaning="exit (code 0) after this long without requests; `0` stays warm")
     shutdown_timeout_seconds: float = setting(

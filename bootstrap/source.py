@@ -24,3 +24,6 @@ class ObjectStoreSource:
 
     def prune(self) -> None:
         self.sync.prune()
+
+    def model_names(self) -> list[str]:
+        return self.sync.model_names()

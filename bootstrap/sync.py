@@ -196,6 +196,13 @@ class RepositorySync:
             (logger.error if report.error else logger.info)("%s", report.log_line())
         return reports
 
+    def model_names(self) -> list[str]:
+        """The model folders in storage, listed only (nothing is downloaded): what on-demand loading offers."""
+        deadline = time.monotonic() + self.deadline_seconds
+        objects = self._within(deadline, "listing", list_objects, self.client, self.location)
+        names = {item.relative.partition("/")[0] for item in objects if "/" in item.relative.strip("/")}
+        return sorted(name for name in names if is_model_folder_name(name))
+
     def _late(self) -> str:
         return f"sync deadline of {self.deadline_seconds:g}s (storage.cold_start_deadline_seconds) exceeded"
 

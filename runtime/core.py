@@ -12,7 +12,7 @@ import numpy as np
 
 from runtime import __version__
 from runtime.datatypes import datatype_of
-from runtime.errors import InternalError, InvalidArgument, ServingError, Unsupported
+from runtime.errors import InternalError, InvalidArgument, NotFound, ServingError, Unavailable, Unsupported
 from runtime.extensions.classification import classify, requested_count
 from runtime.extensions.cuda_shared_memory import CudaSharedMemoryRegistry
 from runtime.extensions.custom_metrics import CustomMetrics
@@ -24,6 +24,7 @@ from runtime.models.config import ModelSpec
 from runtime.models.control import ModelControl
 from runtime.models.manager import ModelManager, parse_version
 from runtime.models.model import ModelVersion
+from runtime.models.on_demand import OnDemandLoader
 from runtime.scheduling.streaming import stream_responses
 from runtime.types import InferRequest, InferResponse, InferTensor, ModelOutputs, RequestedOutput, StreamResponse
 from runtime.validation import expected_shape, validate_request
@@ -49,8 +50,9 @@ class InferenceService:
 
     def __init__(self, manager: ModelManager, control: ModelControl | None = None, server_name: str = SERVER_NAME,
                  strict_readiness: bool = True, cache: ResponseCache | None = None,
-                 tracer: Tracer | None = None) -> None:
+                 tracer: Tracer | None = None, on_demand: OnDemandLoader | None = None) -> None:
         self.manager = manager
+        self.on_demand = on_demand  # model control on_demand: loads at first call, unloads idle or to make room
         self.control = control or ModelControl(manager)
         self.server_name = server_name
         self.strict_readiness = strict_readiness
@@ -81,11 +83,17 @@ class InferenceService:
         answers as ``strict_readiness`` says."""
         self.loop = asyncio.get_running_loop()
         await self.control.initial_load()
+        if self.on_demand is not None:
+            await self.on_demand.load_always_loaded()
+            self.on_demand.start()
         self.initial_load_done = True
 
     def begin_shutdown(self) -> None:
-        """SIGTERM's drain began: readiness answers no from here on."""
+        """SIGTERM's drain began: readiness answers no from here on (and nothing more loads or unloads on
+        demand)."""
         self.shutting_down = True
+        if self.on_demand is not None:
+            self.on_demand.cancel()
 
     # -- health and metadata -------------------------------------------------
     def live(self) -> bool:
@@ -196,6 +204,16 @@ class InferenceService:
 
     async def unload_model(self, name: str, parameters: dict | None = None) -> None:
         await self.control.unload(name, parameters)
+        if self.on_demand is not None:
+            self.on_demand.forget(name)
+
+    async def _load_on_demand(self, request: InferRequest, missing: ServingError) -> ModelVersion:
+        """The model of a request that found it unloaded, loaded for it (model control on_demand); ``missing``
+        again when this mode does not load it."""
+        if self.on_demand is None or self.shutting_down or not self.on_demand.wants(request.model_name):
+            raise missing
+        await self.on_demand.ensure_loaded(request.model_name)
+        return self.manager.get(request.model_name, request.model_version)
 
     def custom_metric(self, model: str, operation: str, *arguments: Any) -> Any:
         """A Python model's custom-metric call (pb_utils.MetricFamily / Metric)."""
@@ -208,8 +226,21 @@ class InferenceService:
             self.custom_metrics.forget_model(retiring.name)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
-        """Whether the model (version) sends its responses decoupled (any number per request)."""
-        return self.manager.get(name, version).spec.decoupled
+        """Whether the model (version) sends its responses decoupled (any number per request); a model to be
+        loaded on demand is taken as not (its inference loads it, and says so if it is)."""
+        try:
+            return self.manager.get(name, version).spec.decoupled
+        except (NotFound, Unavailable):
+            if self.on_demand is not None and self.on_demand.wants(name):
+                return False
+            raise
+
+    async def ensure_model(self, name: str, version: str = "") -> None:
+        """As :meth:`require_model`, loading the model first where model control is on_demand."""
+        try:
+            self.manager.get(name, version)
+        except (NotFound, Unavailable) as missing:
+            await self._load_on_demand(InferRequest(name, version), missing)
 
     # -- inference -------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -217,7 +248,12 @@ class InferenceService:
         self.in_flight += 1
         trace = None
         try:
-            model = self.manager.get(request.model_name, request.model_version)
+            try:
+                model = self.manager.get(request.model_name, request.model_version)
+            except (NotFound, Unavailable) as missing:
+                model = await self._load_on_demand(request, missing)
+            if self.on_demand is not None:
+                self.on_demand.touch(model.name)
             trace = request.trace = self._start_trace(model, request)
             if model.spec.decoupled:
                 raise Unsupported(f"model '{model.name}' uses the decoupled transaction policy: its responses "
@@ -244,7 +280,12 @@ class InferenceService:
         self.in_flight += 1
         trace = None
         try:
-            model = self.manager.get(request.model_name, request.model_version)
+            try:
+                model = self.manager.get(request.model_name, request.model_version)
+            except (NotFound, Unavailable) as missing:
+                model = await self._load_on_demand(request, missing)
+            if self.on_demand is not None:
+                self.on_demand.touch(model.name)
             trace = request.trace = self._start_trace(model, request)
             resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)

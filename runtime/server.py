@@ -22,6 +22,7 @@ from runtime.http.app import create_metrics_app
 from runtime.http.server import HttpServer
 from runtime.models.control import ModelControl, RepositorySource
 from runtime.models.manager import ModelManager
+from runtime.models.on_demand import OnDemandLoader, OnDemandSettings
 from runtime.models.repository import ConfigCompleter, ModelRepository
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
@@ -57,7 +58,8 @@ class ServerOptions:
     shutdown_timeout: float = 30.0
     trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config
     rate_limit_resources: dict[str, int] | None = None  # --rate-limit=execution_count's counts (None: off)
-    model_control: str = "none"  # none | poll | explicit
+    model_control: str = "none"  # none | poll | explicit | on_demand
+    on_demand: OnDemandSettings | None = None  # model control on_demand: keep-warm time, memory budget, ...
     startup_models: tuple[str, ...] = ()  # explicit mode: models loaded at start ("*": all)
     model_load_concurrency: int = 4  # models loading at once (--model-load-thread-count)
     poll_interval: float = 5.0
@@ -104,8 +106,13 @@ class Server:
         self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source,
                                     options.startup_models)
         cache = ResponseCache(options.cache_size_bytes) if options.cache_size_bytes > 0 else None
+        on_demand = None
+        if options.model_control == "on_demand":
+            on_demand = OnDemandLoader(self.manager, options.on_demand or OnDemandSettings(),
+                                       self.control.refresh if options.source is not None else None)
         self.service = InferenceService(self.manager, self.control, options.server_name, options.strict_readiness,
-                                        cache, Tracer(options.trace, export=trace_exporter(options.trace)))
+                                        cache, Tracer(options.trace, export=trace_exporter(options.trace)),
+                                        on_demand)
         self.exit_code = 0
 
     async def run(self, stop: asyncio.Event) -> int:

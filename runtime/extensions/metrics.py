@@ -18,6 +18,7 @@ from runtime.devices import gpu_count
 from runtime.extensions.response_cache import ResponseCache
 from runtime.models.manager import ModelManager
 from runtime.models.model import ModelVersion
+from runtime.models.on_demand import OnDemandLoader
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -57,9 +58,11 @@ def _labels(model: ModelVersion) -> dict[str, str]:
 class ServerCollector:
     """Yields every metric family at scrape time."""
 
-    def __init__(self, manager: ModelManager, cache: ResponseCache | None = None) -> None:
+    def __init__(self, manager: ModelManager, cache: ResponseCache | None = None,
+                 on_demand: OnDemandLoader | None = None) -> None:
         self.manager = manager
         self.cache = cache
+        self.on_demand = on_demand
         psutil.cpu_percent(interval=None)  # the first call starts the measuring interval
 
     def _versions(self) -> list[ModelVersion]:
@@ -77,6 +80,36 @@ class ServerCollector:
         yield _batch_size_histogram(models)
         decoupled = [model for model, _ in models if model.spec.decoupled]
         yield from _latency_histograms(decoupled)
+        if self.on_demand is not None:
+            yield from _on_demand_metrics(self.on_demand)
+
+
+def _histogram(metric: Metric, labels: dict[str, str], snapshot: tuple) -> None:
+    buckets, total, count = snapshot
+    for bound, cumulative in buckets:
+        metric.add_sample(f"{metric.name}_bucket", labels | {"le": _number(bound)}, cumulative)
+    metric.add_sample(f"{metric.name}_bucket", labels | {"le": "+Inf"}, count)
+    metric.add_sample(f"{metric.name}_count", labels, count)
+    metric.add_sample(f"{metric.name}_sum", labels, total)
+
+
+def _on_demand_metrics(loader: OnDemandLoader) -> Iterator[Metric]:
+    """Model control on_demand: loads, unloads by reason, cold calls, and memory against the budget."""
+    counts = loader.counts
+    yield _metric("serverless_triton_on_demand_loads", "counter", "Models loaded on demand by a first call",
+                  [({}, counts.loads)])
+    yield _metric("serverless_triton_on_demand_unloads", "counter", "Models unloaded by the on-demand mode, by "
+                  "reason (idle: unused for keep_warm_seconds; evicted: to make room in the memory budget)",
+                  [({"reason": reason}, count) for reason, count in sorted(counts.unloads.items())])
+    cold = Metric("serverless_triton_cold_call_ms", "Time a call waited for its model to load on demand, in "
+                  "milliseconds", "histogram")
+    _histogram(cold, {}, counts.cold_calls.snapshot())
+    yield cold
+    yield _metric("serverless_triton_model_resident_bytes", "gauge", "Memory a model loaded on demand holds "
+                  "(measured as the server's resident memory grew by its load)",
+                  [({"model": name}, held) for name, held in sorted(loader.resident_by_model().items())])
+    yield _metric("serverless_triton_memory_budget_bytes", "gauge", "The memory budget of models loaded on "
+                  "demand (0: none)", [({}, loader.settings.memory_budget)])
 
 
 def _latency_histograms(models: list[ModelVersion]) -> Iterator[Metric]:
@@ -86,13 +119,8 @@ def _latency_histograms(models: list[ModelVersion]) -> Iterator[Metric]:
     between = Metric("serverless_triton_response_interval_ms", "Time between two responses of one request to a "
                      "decoupled model (an LLM's time per output chunk) in milliseconds", "histogram")
     for model in models:
-        labels = _labels(model)
-        for metric, (buckets, total, count) in zip((first, between), model.stats.latency_histograms(), strict=True):
-            for bound, cumulative in buckets:
-                metric.add_sample(f"{metric.name}_bucket", labels | {"le": _number(bound)}, cumulative)
-            metric.add_sample(f"{metric.name}_bucket", labels | {"le": "+Inf"}, count)
-            metric.add_sample(f"{metric.name}_count", labels, count)
-            metric.add_sample(f"{metric.name}_sum", labels, total)
+        for metric, snapshot in zip((first, between), model.stats.latency_histograms(), strict=True):
+            _histogram(metric, _labels(model), snapshot)
     yield first
     yield between
 
@@ -197,9 +225,10 @@ def _batch_size_histogram(models: list[tuple[ModelVersion, dict]]) -> Metric:
     return metric
 
 
-def metrics_registry(manager: ModelManager, cache: ResponseCache | None = None) -> CollectorRegistry:
+def metrics_registry(manager: ModelManager, cache: ResponseCache | None = None,
+                     on_demand: OnDemandLoader | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ServerCollector(manager, cache))
+    registry.register(ServerCollector(manager, cache, on_demand))
     return registry
 
 

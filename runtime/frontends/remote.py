@@ -200,6 +200,9 @@ class RemoteService:
     async def unload_model(self, name: str, parameters: dict | None = None) -> None:
         await self._call("unload_model", name, parameters)
 
+    async def ensure_model(self, name: str, version: str = "") -> None:
+        await self._call("ensure_model", name, version)
+
     async def infer(self, request: InferRequest) -> InferResponse:
         return unpack_response(await self._call("infer", pack_request(request), kind="infer"))
 

@@ -297,7 +297,7 @@ def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None)
             if registry is None:
                 from runtime.extensions.metrics import metrics_registry
 
-                made = metrics_registry(service.manager, service.cache)
+                made = metrics_registry(service.manager, service.cache, service.on_demand)
                 made.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
                 registry = made
 

@@ -86,7 +86,7 @@ class GenerateEndpoints:
     async def _start(self, request: Request) -> AsyncIterator[StreamResponse]:
         name = request.path_params["model_name"]
         version = str(request.path_params.get("model_version", ""))
-        self.service.require_model(name, version)
+        await self.service.ensure_model(name, version)
         body = await read_body(request, MAX_GENERATE_BODY_BYTES, self.body_timeout)
         return self.service.infer_stream(_request(self.service, name, version, body))
 

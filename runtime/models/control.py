@@ -1,4 +1,5 @@
-"""Model control modes (Triton's ``--model-control-mode``): none, poll, explicit."""
+"""Model control modes (Triton's ``--model-control-mode``): none, poll, explicit; and on_demand, ours (models load at
+their first call: ``on_demand.py``), which also takes explicit loads and unloads."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from runtime.models.watch import RepositoryWatcher
 
 logger = logging.getLogger(__name__)
 
-MODES = ("none", "poll", "explicit")
+MODES = ("none", "poll", "explicit", "on_demand")
 ALL_MODELS = "*"
 _DEBOUNCE_SECONDS = 0.5
 
@@ -27,6 +28,9 @@ class RepositorySource(Protocol):
 
     def prune(self) -> None:
         """Drop local copies nothing refers to any more."""
+
+    def model_names(self) -> list[str]:
+        """The models the source holds, listed without downloading them."""
 
 
 class ModelControl:
@@ -65,6 +69,10 @@ class ModelControl:
 
     async def initial_load(self) -> None:
         """Load the repository (explicit mode: only ``startup_models``, as Triton's ``--load-model``)."""
+        if self.mode == "on_demand":  # nothing loads (nor downloads) at start but what is kept always loaded
+            if self.source is not None:
+                self.manager.listed_elsewhere = set(await asyncio.to_thread(self.source.model_names))
+            return
         if self.mode == "explicit" and ALL_MODELS not in self.startup_models:
             for name in self.startup_models:
                 await self.refresh(name)
@@ -103,7 +111,7 @@ class ModelControl:
             self.source.prune()
 
     def _require_explicit(self) -> None:
-        if self.mode != "explicit":  # Triton's words, whatever the mode
+        if self.mode not in ("explicit", "on_demand"):  # Triton's words, whatever the mode
             raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
 
     @staticmethod

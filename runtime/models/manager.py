@@ -78,6 +78,7 @@ class ModelManager:
         self.drain_timeout = drain_timeout
         self.models: dict[str, ModelEntry] = {}
         self.external_failures: dict[str, str] = {}  # model -> reason, from outside (e.g. storage sync)
+        self.listed_elsewhere: set[str] = set()  # models of object storage not synced yet (on-demand loading)
         self._load_slots = asyncio.Semaphore(load_concurrency)
         self._model_locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task] = set()
@@ -92,7 +93,7 @@ class ModelManager:
 
     async def _load_in_order(self, names: list[str]) -> None:
         """Load ``names`` concurrently, except that an ensemble loads after the models its steps call."""
-        for batch in load_order(names, self._ensemble_dependencies):
+        for batch in load_order(names, self.ensemble_dependencies):
             await asyncio.gather(*(self.load_model(name) for name in batch))
 
     def _never_loaded_or_unloaded(self, name: str) -> bool:
@@ -100,7 +101,7 @@ class ModelManager:
         entry = self.models.get(name)
         return entry is None or (bool(entry.versions) and all(m.retired for m in entry.versions.values()))
 
-    def _ensemble_dependencies(self, name: str) -> list[str]:
+    def ensemble_dependencies(self, name: str) -> list[str]:
         """The models an ensemble's config says it calls ([] for any other model, or a config that does not
         read: loading it will say why)."""
         try:
@@ -161,7 +162,7 @@ class ModelManager:
         ready; versions no longer wanted drain, then unload.  If any new version fails,
         the versions already serving stay, and the failure shows in the index.
         """
-        for dependency in self._ensemble_dependencies(name) if config_override is None else ():
+        for dependency in self.ensemble_dependencies(name) if config_override is None else ():
             if self._never_loaded_or_unloaded(dependency) and dependency in self.repository.model_names():
                 await self.load_model(dependency)  # as Triton: loading an ensemble loads what it calls
         lock = self._model_locks.setdefault(name, asyncio.Lock())
@@ -375,7 +376,8 @@ class ModelManager:
     def index(self) -> list[dict]:
         """Triton's repository index: one row per model version (or per failed model)."""
         rows: list[dict] = []
-        names = set(self.repository.model_names()) | set(self.models) | set(self.external_failures)
+        names = (set(self.repository.model_names()) | set(self.models) | set(self.external_failures)
+                 | self.listed_elsewhere)
         for name in sorted(names):
             entry = self.models.get(name)
             if entry is not None and entry.removed:

@@ -104,6 +104,11 @@ class ModelVersion:
     def pending(self) -> int:
         return self.scheduler.pending if self.scheduler else 0
 
+    @property
+    def busy(self) -> bool:
+        """Requests in flight or queued: unloading it now would cut them off."""
+        return self._in_flight > 0 or self.pending > 0
+
     def load(self, contexts: list[HandlerContext]) -> None:
         """Create, load and warm up every instance (blocking: call from a worker thread)."""
         if self.handlers is None:

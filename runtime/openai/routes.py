@@ -91,7 +91,11 @@ class OpenAiRoutes:
         self._models: dict[str, tuple[Any, LlmModel]] = {}  # name -> (the config it was read from, the model)
 
     # -- models ----------------------------------------------------------------------------------------------
-    def _llm(self, name: str) -> LlmModel:
+    async def _llm(self, name: str) -> LlmModel:
+        try:
+            await self.service.ensure_model(name)  # model control on_demand loads it here
+        except NotFound:
+            raise UnknownModel(name) from None
         if not self.service.model_ready(name):
             raise UnknownModel(name)
         spec = self.service.model_config(name)
@@ -112,7 +116,7 @@ class OpenAiRoutes:
     async def get_model(self, request: Request) -> Response:
         name = request.path_params["model"]
         if not self.service.model_ready(name):
-            self._llm(name)  # raises the 404
+            await self._llm(name)  # raises the 404
         return JSONResponse(self._model_object(name))
 
     async def _body(self, request: Request, known: set[str]) -> dict[str, Any]:
@@ -121,7 +125,7 @@ class OpenAiRoutes:
     # -- completions -----------------------------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
         body = await self._body(request, COMPLETION_FIELDS)
-        model = self._llm(body["model"])
+        model = await self._llm(body["model"])
         model.require_text()
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -143,7 +147,7 @@ class OpenAiRoutes:
     # -- chat ------------------------------------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
         body = await self._body(request, CHAT_FIELDS)
-        model = self._llm(body["model"])
+        model = await self._llm(body["model"])
         model.require_text()
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(_is_message(m) for m in messages):
@@ -180,7 +184,7 @@ class OpenAiRoutes:
     # -- embeddings ------------------------------------------------------------------------------------------
     async def embeddings(self, request: Request) -> Response:
         body = await self._body(request, EMBEDDING_FIELDS)
-        model = self._llm(body["model"])
+        model = await self._llm(body["model"])
         model.require_embeddings()
         texts = body.get("input")
         texts = [texts] if isinstance(texts, str) else texts

@@ -232,9 +232,14 @@ def test_a_client_leaving_mid_stream_cancels_the_model(server):
     assert int(server.marker.read_text().split()[-1]) < 1000
 
 
-def test_an_ensemble_answers_chat(server):
-    answer = _client(server).chat.completions.create(model="ens_llm", messages=[{"role": "user", "content": "hi"}])
+def test_an_ensemble_answers_chat_and_completions(server):
+    client = _client(server)
+    answer = client.chat.completions.create(model="ens_llm", messages=[{"role": "user", "content": "hi"}])
     assert answer.choices[0].message.content == "you said HI"
+    assert client.completions.create(model="ens_llm", prompt="ok").choices[0].text == "you said OK"
+    chunks = list(client.chat.completions.create(model="ens_llm", stream=True,
+                                                 messages=[{"role": "user", "content": "hey"}]))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "you said HEY"
 
 
 @pytest.mark.parametrize("path, body, status, param", [
