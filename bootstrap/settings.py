@@ -144,6 +144,12 @@ class FunctionSettings:
     metrics_port: int | None = setting(
         8002, key="server.metrics_port", check=port, meaning="Prometheus `/metrics` port; `null` disables it",
         flags=_port_flags("metrics", "Prometheus metrics", "8002"))
+    metrics_config: tuple[str, ...] = setting(
+        (), key="server.metrics_config", check=text_list("Triton's --metrics-config values"),
+        meaning="as Triton's `--metrics-config` values: `histogram_latencies=true` adds "
+                "`nv_inference_first_response_histogram_ms` for decoupled models (off by default, as in Triton)",
+        flags=[Flag("--metrics-config", "metrics, as Triton's flag: histogram_latencies=true|false (repeatable)",
+                    metavar="<setting>=<value>", repeatable=True)])
     max_request_bytes: int = setting(64 << 20, key="server.max_request_bytes", check=positive_int,
                                      meaning="largest HTTP request body accepted (after decompression)")
     grpc_max_message_bytes: int = setting(
@@ -373,6 +379,17 @@ def rate_limit_resources(settings: FunctionSettings) -> dict[str, int] | None:
     return counts if settings.rate_limit == "execution_count" else None
 
 
+def histogram_latencies(settings: FunctionSettings) -> bool:
+    """``--metrics-config histogram_latencies=<bool>`` (the last one given wins, as in Triton)."""
+    enabled = False
+    for spec in settings.metrics_config:
+        key, _, value = spec.partition("=")
+        if key != "histogram_latencies" or value not in ("true", "false"):
+            raise SettingsError(f"metrics config '{spec}': only histogram_latencies=true|false is supported")
+        enabled = value == "true"
+    return enabled
+
+
 def check_load_models(settings: FunctionSettings) -> None:
     """Models to load at start are for explicit model control only (as Triton's --load-model)."""
     if settings.load_models and settings.model_control != "explicit":
@@ -405,6 +422,7 @@ def check_settings(settings: FunctionSettings) -> None:
     check_restrictions(settings)
     trace_settings(settings)
     rate_limit_resources(settings)
+    histogram_latencies(settings)
 
 
 def load_settings(path: Path | None) -> FunctionSettings:

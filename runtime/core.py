@@ -207,13 +207,25 @@ class InferenceService:
         if self.on_demand is not None:
             self.on_demand.forget(name)
 
-    async def _load_on_demand(self, request: InferRequest, missing: ServingError) -> ModelVersion:
-        """The model of a request that found it unloaded, loaded for it (model control on_demand); ``missing``
-        again when this mode does not load it."""
-        if self.on_demand is None or self.shutting_down or not self.on_demand.wants(request.model_name):
-            raise missing
+    def _served(self, request: InferRequest) -> ModelVersion | None:
+        """The model version a request goes to; None when it is to be loaded on demand first."""
+        try:
+            model = self.manager.get(request.model_name, request.model_version)
+        except (NotFound, Unavailable):
+            if self.on_demand is None or self.shutting_down or not self.on_demand.wants(request.model_name):
+                raise
+            return None
+        if self.on_demand is not None:
+            self.on_demand.touch(model.name)
+        return model
+
+    async def _load_on_demand(self, request: InferRequest) -> ModelVersion:
+        """The model of a request that found it unloaded, loaded for it (model control on_demand)."""
+        assert self.on_demand is not None  # _served returns None only then
         await self.on_demand.ensure_loaded(request.model_name)
-        return self.manager.get(request.model_name, request.model_version)
+        model = self.manager.get(request.model_name, request.model_version)
+        self.on_demand.touch(model.name)
+        return model
 
     def custom_metric(self, model: str, operation: str, *arguments: Any) -> Any:
         """A Python model's custom-metric call (pb_utils.MetricFamily / Metric)."""
@@ -237,10 +249,9 @@ class InferenceService:
 
     async def ensure_model(self, name: str, version: str = "") -> None:
         """As :meth:`require_model`, loading the model first where model control is on_demand."""
-        try:
-            self.manager.get(name, version)
-        except (NotFound, Unavailable) as missing:
-            await self._load_on_demand(InferRequest(name, version), missing)
+        request = InferRequest(name, version)
+        if self._served(request) is None:
+            await self._load_on_demand(request)
 
     # -- inference -------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -248,12 +259,7 @@ class InferenceService:
         self.in_flight += 1
         trace = None
         try:
-            try:
-                model = self.manager.get(request.model_name, request.model_version)
-            except (NotFound, Unavailable) as missing:
-                model = await self._load_on_demand(request, missing)
-            if self.on_demand is not None:
-                self.on_demand.touch(model.name)
+            model = self._served(request) or await self._load_on_demand(request)
             trace = request.trace = self._start_trace(model, request)
             if model.spec.decoupled:
                 raise Unsupported(f"model '{model.name}' uses the decoupled transaction policy: its responses "
@@ -280,12 +286,7 @@ class InferenceService:
         self.in_flight += 1
         trace = None
         try:
-            try:
-                model = self.manager.get(request.model_name, request.model_version)
-            except (NotFound, Unavailable) as missing:
-                model = await self._load_on_demand(request, missing)
-            if self.on_demand is not None:
-                self.on_demand.touch(model.name)
+            model = self._served(request) or await self._load_on_demand(request)
             trace = request.trace = self._start_trace(model, request)
             resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)

@@ -48,6 +48,7 @@ class ServerOptions:
     model_repository: Path
     adapters: AdapterSettings = field(default_factory=AdapterSettings)  # the HTTP and gRPC endpoints
     metrics_port: int | None = 8002
+    metrics_histograms: bool = False  # --metrics-config histogram_latencies=true: Triton's latency histograms
     use_gpu: bool = True
     default_max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     sequence_slot_timeout: float = DEFAULT_SLOT_TIMEOUT_SECONDS
@@ -139,7 +140,7 @@ class Server:
                 adapters = ProtocolAdapters(self.service, endpoints)
             await adapters.start()
             if options.metrics_port is not None:
-                metrics = create_metrics_app(self.service, auth)
+                metrics = create_metrics_app(self.service, auth, options.metrics_histograms)
                 after_load.append(metrics.state.prepare_metrics)
                 listeners.append(HttpServer(metrics, endpoints.host, options.metrics_port, endpoints.http_limits))
             for listener in listeners:

@@ -73,7 +73,10 @@ def test_flags_override_the_file_and_are_checked_as_its_values_are(tmp_path):
     for argv, fragment in [(["--shutdown-timeout", "0"], "--shutdown-timeout must be a positive number"),
                            (["--http-port", "70000"], "--http-port must be a port number"),
                            (["--model-load-thread-count", "0"], "--model-load-thread-count must be a positive"),
-                           (["--load-model", "x"], "needs model control mode 'explicit'")]:
+                           (["--load-model", "x"], "needs model control mode 'explicit'"),
+                           (["--metrics-config", "summary_latencies=true"], "only histogram_latencies"),
+                           (["--model-control-mode", "on_demand", "--keep-warm-seconds", "-1"],
+                            "--keep-warm-seconds must be a non-negative number")]:
         with pytest.raises(SettingsError, match=fragment):
             apply_settings_flags(parse_settings({}, tmp_path), _run_args(*argv))
 

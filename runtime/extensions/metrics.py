@@ -59,10 +59,11 @@ class ServerCollector:
     """Yields every metric family at scrape time."""
 
     def __init__(self, manager: ModelManager, cache: ResponseCache | None = None,
-                 on_demand: OnDemandLoader | None = None) -> None:
+                 on_demand: OnDemandLoader | None = None, histograms: bool = False) -> None:
         self.manager = manager
         self.cache = cache
         self.on_demand = on_demand
+        self.histograms = histograms  # Triton's latency histograms (--metrics-config histogram_latencies=true)
         psutil.cpu_percent(interval=None)  # the first call starts the measuring interval
 
     def _versions(self) -> list[ModelVersion]:
@@ -79,7 +80,7 @@ class ServerCollector:
             yield from _gpu_metrics()
         yield _batch_size_histogram(models)
         decoupled = [model for model, _ in models if model.spec.decoupled]
-        yield from _latency_histograms(decoupled)
+        yield from _latency_histograms(decoupled, self.histograms)
         if self.on_demand is not None:
             yield from _on_demand_metrics(self.on_demand)
 
@@ -112,8 +113,9 @@ def _on_demand_metrics(loader: OnDemandLoader) -> Iterator[Metric]:
                   "demand (0: none)", [({}, loader.settings.memory_budget)])
 
 
-def _latency_histograms(models: list[ModelVersion]) -> Iterator[Metric]:
-    """Triton's time to first response of decoupled models, and ours: the time between their responses."""
+def _latency_histograms(models: list[ModelVersion], triton_histograms: bool) -> Iterator[Metric]:
+    """Triton's time to first response of decoupled models (only when asked for, as Triton), and ours: the time
+    between their responses."""
     first = Metric("nv_inference_first_response_histogram_ms", "Duration from request to first response in "
                    "milliseconds", "histogram")
     between = Metric("serverless_triton_response_interval_ms", "Time between two responses of one request to a "
@@ -121,7 +123,8 @@ def _latency_histograms(models: list[ModelVersion]) -> Iterator[Metric]:
     for model in models:
         for metric, snapshot in zip((first, between), model.stats.latency_histograms(), strict=True):
             _histogram(metric, _labels(model), snapshot)
-    yield first
+    if triton_histograms:
+        yield first
     yield between
 
 
@@ -226,9 +229,9 @@ def _batch_size_histogram(models: list[tuple[ModelVersion, dict]]) -> Metric:
 
 
 def metrics_registry(manager: ModelManager, cache: ResponseCache | None = None,
-                     on_demand: OnDemandLoader | None = None) -> CollectorRegistry:
+                     on_demand: OnDemandLoader | None = None, histograms: bool = False) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ServerCollector(manager, cache, on_demand))
+    registry.register(ServerCollector(manager, cache, on_demand, histograms))
     return registry
 
 

@@ -281,7 +281,8 @@ def create_http_app(
     return TokenAuthMiddleware(served, auth, exempt_health) if auth else served
 
 
-def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None) -> Starlette:
+def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None,
+                       histograms: bool = False) -> Starlette:
     """Prometheus ``/metrics`` (served on its own port, 8002 by default).
 
     prometheus_client and psutil load with the registry, which is made by the first scrape or by
@@ -297,7 +298,7 @@ def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None)
             if registry is None:
                 from runtime.extensions.metrics import metrics_registry
 
-                made = metrics_registry(service.manager, service.cache, service.on_demand)
+                made = metrics_registry(service.manager, service.cache, service.on_demand, histograms)
                 made.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
                 registry = made
 

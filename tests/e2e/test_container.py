@@ -100,7 +100,7 @@ def test_the_install_script_installs_an_image_that_serves_and_passes_its_healthc
     check = subprocess.run(["bootstrap", "check", "--model-repository", str(models), "--device", "cpu"], env=env,
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "3 model(s), 3 version(s) ready, 0 failed" in check.stdout  # ONNX, TorchScript and Python models
+    assert "5 model(s), 5 version(s) ready, 0 failed" in check.stdout  # ONNX, TorchScript and Python models
 
     port = free_port()
     process = ServerProcess(models, env={**env, "PORT": str(port)}, log=tmp_path / "server.log")

@@ -106,7 +106,8 @@ def server(tmp_path_factory):
         input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
         output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
     """, {"1/model.py": python_model_source("return [None for _ in requests]")})
-    with ServerProcess(repository, "--auth-token", "secret-token") as process:
+    with ServerProcess(repository, "--auth-token", "secret-token", "--metrics-config",
+                       "histogram_latencies=true") as process:
         process.marker = marker
         yield process
 
