@@ -109,6 +109,7 @@ def main() -> None:
 
     moto_port = free_port()
     moto = start_moto(moto_port)
+    os.environ.update(S3_ENV)  # the client below, and the server, sign with moto's test credentials
     try:
         client = s3_client(f"http://127.0.0.1:{moto_port}")
         client.create_bucket(Bucket="models")
