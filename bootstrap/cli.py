@@ -26,6 +26,7 @@ from bootstrap.settings import (
     load_settings,
     rate_limit_resources,
     restrictions,
+    serves_single_port,
     trace_settings,
 )
 from bootstrap.settings_schema import add_flags
@@ -95,6 +96,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
     from runtime.server import ServerOptions
 
     http_restrictions, grpc_restrictions = restrictions(settings)
+    single_port = serves_single_port(settings) and settings.http_port is not None
     return ServerOptions(
         model_repository=settings.repository_path(),
         source=source,
@@ -109,7 +111,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         adapters=AdapterSettings(
             host=settings.host,
             http_port=settings.http_port,
-            grpc_port=settings.grpc_port,
+            grpc_port=None if single_port else settings.grpc_port,
+            single_port=single_port,
             max_request_bytes=settings.max_request_bytes,
             grpc_max_message_bytes=settings.grpc_max_message_bytes,
             json_decode_budget=settings.json_decode_budget_bytes,

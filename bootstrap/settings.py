@@ -17,6 +17,7 @@ from bootstrap.settings_schema import (
     byte_count,
     check_keys,
     one_of,
+    optional_boolean,
     optional_text,
     port,
     positive_int,
@@ -139,6 +140,13 @@ class FunctionSettings:
     http_port: int | None = setting(
         key="server.http_port", check=port, factory=_platform_port, shown="`$PORT` when set, else `8000`",
         meaning="HTTP port; `null` disables HTTP", flags=_port_flags("http", "HTTP", "$PORT if set, else 8000"))
+    single_port: bool | None = setting(
+        None, key="server.single_port", check=optional_boolean, shown="on when `$PORT` sets the HTTP port",
+        meaning="serve gRPC on the HTTP port too (HTTP/1.1, h2c REST and gRPC on one listener, routed per request "
+                "by content type), as a platform that gives a function one port needs; the gRPC port is then not "
+                "served",
+        flags=[Flag("--single-port", "gRPC on the HTTP port too (default: when $PORT sets the HTTP port)",
+                    true_or_false, choices=("true", "false"))])
     grpc_port: int | None = setting(8001, key="server.grpc_port", check=port, meaning="gRPC port; `null` disables gRPC",
                                     flags=_port_flags("grpc", "gRPC", "8001"))
     metrics_port: int | None = setting(
@@ -377,6 +385,14 @@ def rate_limit_resources(settings: FunctionSettings) -> dict[str, int] | None:
             raise SettingsError(f"rate limit resource '{spec}': expected <name>:<count>[:<device>]")
         counts[name] = int(count)  # one device here: a device-specific count is the resource's count
     return counts if settings.rate_limit == "execution_count" else None
+
+
+def serves_single_port(settings: FunctionSettings) -> bool:
+    """Whether REST and gRPC share the HTTP port: as set, else when the platform's ``$PORT`` is the HTTP port."""
+    if settings.single_port is not None:
+        return settings.single_port
+    platform = os.environ.get(PLATFORM_PORT_ENV, "").strip()
+    return platform.isdigit() and settings.http_port == int(platform)
 
 
 def histogram_latencies(settings: FunctionSettings) -> bool:

@@ -109,6 +109,10 @@ def boolean(value: Any, name: str) -> bool:
     return value
 
 
+def optional_boolean(value: Any, name: str) -> bool | None:
+    return None if value is None else boolean(value, name)
+
+
 def text(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value:
         raise SettingsError(f"{name} must be a non-empty string")

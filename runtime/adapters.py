@@ -9,7 +9,7 @@ import asyncio
 import logging
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
@@ -17,6 +17,9 @@ from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer
+
+if TYPE_CHECKING:
+    from runtime.listen.single_port import SinglePortServer
 from runtime.restricted_api import RestrictedApis
 
 logger = logging.getLogger(__name__)
@@ -38,6 +41,7 @@ class AdapterSettings:
     auth_exempt_health: bool = True
     http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --http-restricted-api
     grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
+    single_port: bool = False  # REST and gRPC both on http_port (runtime/listen/single_port.py)
 
     def auth(self) -> TokenAuth | None:
         return TokenAuth(self.auth_token) if self.auth_token else None
@@ -61,12 +65,15 @@ class ProtocolAdapters:
         self.service = service
         self.settings = settings
         self.reuse_port = reuse_port
-        self.http: HttpServer | None = None
+        self.http: HttpServer | SinglePortServer | None = None
         self.grpc: Any = None  # grpc.aio.Server (grpc is imported only when gRPC is served)
 
     async def start(self) -> None:
         """Listen on every port; OSError (a port taken) leaves what started for :meth:`stop`."""
         settings, auth = self.settings, self.settings.auth()
+        if settings.single_port and settings.http_port is not None:
+            await self._start_single_port(auth)
+            return
         if settings.grpc_port is not None:
             from runtime.grpc.server import create_grpc_server  # grpc loads only when gRPC is served
 
@@ -77,17 +84,37 @@ class ProtocolAdapters:
             await self.grpc.start()
             logger.info("gRPC endpoint on %s", address)
         if settings.http_port is not None:
-            app = create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
-                                  settings.http_limits.body_timeout, settings.json_decode_budget,
-                                  settings.http_limits.unsent_bytes(), settings.http_restrictions)
-            listening_fd = None
-            if self.reuse_port:
-                listening_fd = reuse_port_listener(settings.host, settings.http_port,
-                                                   settings.http_limits.backlog).detach()
-            self.http = HttpServer(app, settings.host, settings.http_port, settings.http_limits,
-                                   listening_fd=listening_fd)
+            self.http = HttpServer(self._rest_app(auth), settings.host, settings.http_port, settings.http_limits,
+                                   listening_fd=self._listening_fd())
             await self.http.start()
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", settings.host, settings.http_port)
+
+    def _rest_app(self, auth: TokenAuth | None) -> Any:
+        settings = self.settings
+        return create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
+                               settings.http_limits.body_timeout, settings.json_decode_budget,
+                               settings.http_limits.unsent_bytes(), settings.http_restrictions)
+
+    def _listening_fd(self) -> int | None:
+        settings = self.settings
+        if not self.reuse_port or settings.http_port is None:
+            return None
+        return reuse_port_listener(settings.host, settings.http_port, settings.http_limits.backlog).detach()
+
+    async def _start_single_port(self, auth: TokenAuth | None) -> None:
+        from runtime.grpc.asgi import GrpcAsgiApp
+        from runtime.grpc.service import InferenceServicer
+        from runtime.listen.single_port import SinglePortServer, route_by_content_type
+
+        settings, limits = self.settings, self.settings.grpc_limits
+        servicer = InferenceServicer(self.service, limits.stream_max_in_flight, limits.stream_max_bytes,
+                                     limits.streams_max_bytes)
+        grpc_app = GrpcAsgiApp(servicer, settings.grpc_max_message_bytes, auth, settings.grpc_restrictions)
+        assert settings.http_port is not None
+        self.http = SinglePortServer(route_by_content_type(self._rest_app(auth), grpc_app), settings.host,
+                                     settings.http_port, settings.http_limits, listening_fd=self._listening_fd())
+        await self.http.start()
+        logger.info("HTTP (HTTP/1.1 and h2c) and gRPC on one port, %s:%d", settings.host, settings.http_port)
 
     @property
     def tasks(self) -> list[asyncio.Task]:

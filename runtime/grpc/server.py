@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -13,6 +14,27 @@ from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
 from runtime.protocol import service_pb2
 from runtime.restricted_api import RestrictedApis
+
+
+def auth_failure(auth: TokenAuth, metadata: Any) -> str | None:
+    """Why a call with this metadata is refused by the token (None: it is not)."""
+    values = [v for k, v in (metadata or ()) if k == "authorization"]
+    try:
+        auth.check(values[0] if len(values) == 1 and isinstance(values[0], str) else None)
+    except Unauthenticated as exc:
+        return exc.message
+    return None
+
+
+def restriction_failure(restrictions: RestrictedApis, method: str, metadata: Any) -> str | None:
+    """Why a call of ``method`` with this metadata is refused by ``--grpc-restricted-protocol`` (None: it is not),
+    in Triton's words."""
+    restriction = restrictions.restriction(GROUP_BY_METHOD.get(method))
+    if restriction is None:
+        return None
+    key = RESTRICTED_METADATA_PREFIX + restriction.key.lower()
+    values = [v for k, v in (metadata or ()) if k == key]
+    return None if values == [restriction.value] else f"This protocol is restricted, expecting header '{key}'"
 
 
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -26,11 +48,9 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        values = [v for k, v in (handler_call_details.invocation_metadata or ()) if k == "authorization"]
-        try:
-            self.auth.check(values[0] if len(values) == 1 and isinstance(values[0], str) else None)
-        except Unauthenticated as exc:
-            return _deny(exc.message, streaming=handler_call_details.method.endswith("/ModelStreamInfer"))
+        failure = auth_failure(self.auth, handler_call_details.invocation_metadata)
+        if failure is not None:
+            return _deny(failure, streaming=handler_call_details.method.endswith("/ModelStreamInfer"))
         return await continuation(handler_call_details)
 
 
@@ -63,13 +83,9 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = handler_call_details.method.rpartition("/")[2]
-        restriction = self.restrictions.restriction(GROUP_BY_METHOD.get(method))
-        if restriction is not None:
-            key = RESTRICTED_METADATA_PREFIX + restriction.key.lower()
-            values = [v for k, v in (handler_call_details.invocation_metadata or ()) if k == key]
-            if values != [restriction.value]:
-                return _deny(f"This protocol is restricted, expecting header '{key}'",
-                             streaming=method == "ModelStreamInfer", code=grpc.StatusCode.UNAVAILABLE)
+        failure = restriction_failure(self.restrictions, method, handler_call_details.invocation_metadata)
+        if failure is not None:
+            return _deny(failure, streaming=method == "ModelStreamInfer", code=grpc.StatusCode.UNAVAILABLE)
         return await continuation(handler_call_details)
 
 

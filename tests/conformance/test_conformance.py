@@ -24,7 +24,7 @@ def client():
         yield http
 
 
-def _judge(name: str, theirs: dict, ours: dict) -> None:
+def judge(name: str, theirs: dict, ours: dict) -> None:
     theirs = without_traceback(theirs)
     if name in DIFFERENCES:
         assert not agree(theirs, ours), f"{name} now agrees with Triton: take it out of differences.py"
@@ -35,13 +35,13 @@ def _judge(name: str, theirs: dict, ours: dict) -> None:
 @pytest.mark.parametrize("case", HTTP_CASES, ids=lambda case: case.name)
 def test_http(pair, client, case):
     port = "metrics" if case.port == "metrics" else "http"
-    _judge(case.name, observe_http(getattr(pair.triton, port), case, client),
+    judge(case.name, observe_http(getattr(pair.triton, port), case, client),
            observe_http(getattr(pair.ours, port), case, client))
 
 
 @pytest.mark.parametrize("case", GRPC_CASES, ids=lambda case: case.name)
 def test_grpc(pair, case):
-    _judge(case.name, observe_grpc(pair.triton.grpc, case), observe_grpc(pair.ours.grpc, case))
+    judge(case.name, observe_grpc(pair.triton.grpc, case), observe_grpc(pair.ours.grpc, case))
 
 
 def test_case_names_are_distinct_and_differences_name_real_cases():

@@ -166,6 +166,7 @@ def test_the_knative_service():
     assert [port["name"] for port in container["ports"]] == ["h2c"]  # Knative: HTTP/2 cleartext to the container
     options = run_options(container["args"])
     assert options.flag_http_port is None  # Knative's $PORT decides (it is the containerPort)
+    assert options.flag_single_port is True  # gRPC on that port too
     assert options.flag_model_repository.startswith("s3://")
     assert options.flag_shutdown_timeout < 30  # drains within the default terminationGracePeriodSeconds
     mounts = {mount["name"] for mount in container["volumeMounts"]}

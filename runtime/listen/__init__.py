@@ -1,0 +1,1 @@
+"""Listeners shared by the protocol adapters: one port serving REST and gRPC together."""

@@ -1,0 +1,208 @@
+"""One port for REST and gRPC, against real servers: tritonclient's gRPC (sync, aio, streaming) and HTTP clients
+on the same port at once; one h2c connection carrying a REST and a gRPC stream side by side, as Knative's
+queue-proxy may; the token on both; $PORT turning it on; front-end processes; the drain on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import h2.config
+import h2.connection
+import h2.events
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from examples.build_models import build_add_sub_onnx
+from runtime.protocol import service_pb2
+from tests.conftest import ONNX_ADD_SUB_CONFIG
+from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, free_port, python_model_source, write_model
+
+DECOUPLED = """
+    backend: "python"
+    max_batch_size: 0
+    model_transaction_policy { decoupled: true }
+    input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+REPEAT = python_model_source("""
+    for request in requests:
+        sender = request.get_response_sender()
+        data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+        for index in range(3):
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data + index)]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    return None
+""")
+SLOW = python_model_source("time.sleep(1.5)\nreturn [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', "
+                           "pb_utils.get_input_tensor_by_name(r, 'IN').as_numpy())]) for r in requests]")
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    root = tmp_path_factory.mktemp("single-port") / "models"
+    write_model(root, "simple", ONNX_ADD_SUB_CONFIG)
+    build_add_sub_onnx(root / "simple" / "1" / "model.onnx", datatype="INT32")
+    write_model(root, "repeat", DECOUPLED, {"1/model.py": REPEAT})
+    write_model(root, "slow", IDENTITY_PYTHON_CONFIG, {"1/model.py": SLOW})
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository):
+    with ServerProcess(repository, "--single-port", "true", "--auth-token", "secret") as process:
+        yield process
+
+
+AUTH = {"authorization": "Bearer secret"}
+
+
+def _grpc_add(client: grpcclient.InferenceServerClient, value: int) -> bool:
+    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.full((1, 16), value, dtype=np.int32))
+    return bool((client.infer("simple", inputs, headers=dict(AUTH)).as_numpy("OUTPUT0") == 2 * value).all())
+
+
+def _http_add(client: httpclient.InferenceServerClient, value: int) -> bool:
+    inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.full((1, 16), value, dtype=np.int32))
+    return bool((client.infer("simple", inputs, headers=dict(AUTH)).as_numpy("OUTPUT0") == 2 * value).all())
+
+
+def _stream(url: str) -> list[float]:
+    client = grpcclient.InferenceServerClient(url)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)), headers=dict(AUTH))
+    tensor = grpcclient.InferInput("IN", [2], "FP32")
+    tensor.set_data_from_numpy(np.array([1.0, 2.0], dtype=np.float32))
+    client.async_stream_infer("repeat", [tensor])
+    firsts = []
+    for _ in range(3):
+        result, error = answers.get(timeout=20)
+        assert error is None, error
+        firsts.append(float(result.as_numpy("OUT")[0]))
+    client.stop_stream()
+    return firsts
+
+
+def test_every_client_on_one_port_at_once(server):
+    url = server.http_url
+    local = threading.local()  # tritonclient's clients are one per thread
+
+    def both(value: int) -> bool:
+        if not hasattr(local, "grpc"):
+            local.grpc = grpcclient.InferenceServerClient(url)
+            local.http = httpclient.InferenceServerClient(url)
+        return _grpc_add(local.grpc, value) and _http_add(local.http, value)
+
+    async def aio() -> bool:
+        client = grpcaio.InferenceServerClient(url)
+        try:
+            return await client.is_model_ready("simple", headers=dict(AUTH))
+        finally:
+            await client.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        calls = [pool.submit(both, i) for i in range(40)]
+        streams = [pool.submit(_stream, url) for _ in range(4)]
+        assert all(call.result(timeout=60) for call in calls)
+        assert all(stream.result(timeout=60) == [1.0, 2.0, 3.0] for stream in streams)
+    assert asyncio.run(aio())
+    with pytest.raises(InferenceServerException, match="NOT_FOUND"):
+        grpcclient.InferenceServerClient(url).get_model_metadata("nonexistent", headers=dict(AUTH))
+
+
+def test_the_token_guards_both_protocols(server):
+    with pytest.raises(InferenceServerException, match="UNAUTHENTICATED"):
+        grpcclient.InferenceServerClient(server.http_url).is_server_ready()
+    assert httpx.get(f"http://{server.http_url}/v2/models/simple").status_code == 401
+    assert httpx.get(f"http://{server.http_url}/v2/health/ready").status_code == 200  # exempt, as on two ports
+
+
+def _grpc_frame(message) -> bytes:
+    payload = message.SerializeToString()
+    return b"\0" + len(payload).to_bytes(4, "big") + payload
+
+
+def test_one_h2c_connection_carries_rest_and_grpc_side_by_side(server):
+    """As a proxy multiplexes them: a REST stream and a gRPC stream open at once on one connection."""
+    host, port = server.http_url.split(":")
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    connection.initiate_connection()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(connection.data_to_send())
+        rest, grpc_call = connection.get_next_available_stream_id(), None
+        connection.send_headers(rest, [(":method", "GET"), (":path", "/v2/models/simple"), (":scheme", "http"),
+                                       (":authority", server.http_url), ("authorization", "Bearer secret")],
+                                end_stream=True)
+        grpc_call = connection.get_next_available_stream_id()
+        connection.send_headers(grpc_call, [(":method", "POST"), (":scheme", "http"), (":authority", server.http_url),
+                                            (":path", "/inference.GRPCInferenceService/ModelReady"),
+                                            ("content-type", "application/grpc"), ("te", "trailers"),
+                                            ("authorization", "Bearer secret")])
+        connection.send_data(grpc_call, _grpc_frame(service_pb2.ModelReadyRequest(name="simple")), end_stream=True)
+        sock.sendall(connection.data_to_send())
+        bodies: dict[int, bytes] = {rest: b"", grpc_call: b""}
+        headers: dict[int, list] = {rest: [], grpc_call: []}
+        ended: set[int] = set()
+        while ended != {rest, grpc_call}:
+            data = sock.recv(65536)
+            assert data, "the server closed the connection"
+            for event in connection.receive_data(data):
+                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    headers[event.stream_id] += event.headers
+                elif isinstance(event, h2.events.DataReceived):
+                    bodies[event.stream_id] += event.data
+                    connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    ended.add(event.stream_id)
+            sock.sendall(connection.data_to_send())
+    assert b'"name":"simple"' in bodies[rest]
+    assert (b"grpc-status", b"0") in headers[grpc_call]
+    assert service_pb2.ModelReadyResponse.FromString(bodies[grpc_call][5:]).ready
+
+
+def test_port_sets_it_and_front_end_processes_serve_it(repository, tmp_path):
+    port = free_port()
+    process = ServerProcess(repository, env={"PORT": str(port)}, log=tmp_path / "server.log")
+    process.http_port = port  # no --http-port, and no function.yaml where it runs: $PORT decides
+    process.command = lambda: [sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
+                               "--host", "127.0.0.1", "--metrics-port", str(process.metrics_port),
+                               "--frontend-processes", "2", "--strict-readiness", "false"]
+    process.start(cwd=tmp_path)
+    try:
+        assert _grpc_add(grpcclient.InferenceServerClient(f"127.0.0.1:{port}"), 3)
+        assert _http_add(httpclient.InferenceServerClient(f"127.0.0.1:{port}"), 4)
+        assert "HTTP (HTTP/1.1 and h2c) and gRPC on one port" in process.log()
+    finally:
+        assert process.stop() == 0
+
+
+def test_sigterm_drains_a_grpc_call_in_flight(repository, tmp_path):
+    process = ServerProcess(repository, "--single-port", "true", log=tmp_path / "server.log").start()
+    result: dict = {}
+
+    def call() -> None:
+        tensor = grpcclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.ones(1, dtype=np.float32))
+        result["out"] = grpcclient.InferenceServerClient(process.http_url).infer("slow", [tensor]).as_numpy("OUT")
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.5)  # the call is in the model
+    assert process.stop(signal.SIGTERM) == 0
+    caller.join(10)
+    assert result["out"].tolist() == [1.0]
