@@ -114,7 +114,8 @@ class ProtocolAdapters:
         self.http = SinglePortServer(route_by_content_type(self._rest_app(auth), grpc_app), settings.host,
                                      settings.http_port, settings.http_limits, listening_fd=self._listening_fd())
         await self.http.start()
-        logger.info("HTTP (HTTP/1.1 and h2c) and gRPC on one port, %s:%d", settings.host, settings.http_port)
+        logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c), gRPC on the same port", settings.host,
+                    settings.http_port)
 
     @property
     def tasks(self) -> list[asyncio.Task]:

@@ -186,7 +186,7 @@ def test_port_sets_it_and_front_end_processes_serve_it(repository, tmp_path):
     try:
         assert _grpc_add(grpcclient.InferenceServerClient(f"127.0.0.1:{port}"), 3)
         assert _http_add(httpclient.InferenceServerClient(f"127.0.0.1:{port}"), 4)
-        assert "HTTP (HTTP/1.1 and h2c) and gRPC on one port" in process.log()
+        assert f"HTTP endpoint on 127.0.0.1:{port} (HTTP/1.1 and h2c), gRPC on the same port" in process.log()
     finally:
         assert process.stop() == 0
 
