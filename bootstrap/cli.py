@@ -17,13 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bootstrap.errors import BootstrapError
-from bootstrap.settings import (
-    SETTINGS_CLASSES,
-    FunctionSettings,
-    SettingsError,
-    apply_settings_flags,
+from bootstrap.settings import SETTINGS_CLASSES, FunctionSettings, SettingsError, apply_settings_flags, load_settings
+from bootstrap.settings_meaning import (
     histogram_latencies,
-    load_settings,
     rate_limit_resources,
     restrictions,
     serves_single_port,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bootstrap.cache import default_cache_dir
+from bootstrap.settings_meaning import PLATFORM_PORT_ENV, check_settings
 from bootstrap.settings_schema import (
     Flag,
     SettingsError,
@@ -32,12 +33,8 @@ from bootstrap.settings_schema import (
     true_or_false,
 )
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
-from runtime.extensions.tracing import TraceSettings, parse_trace_config
-from runtime.restricted_api import RestrictedApis
 
 AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
-# The port a serverless platform (Knative, Cloud Run, Function Compute) tells its container to listen on.
-PLATFORM_PORT_ENV = "PORT"
 MAX_FRONTEND_PROCESSES = 64
 ALL_COMMANDS = ("run", "check", "sync")
 
@@ -353,65 +350,6 @@ def settings_readme_table() -> str:
     return settings_table(FunctionSettings)
 
 
-def check_restrictions(settings: FunctionSettings) -> None:
-    """The endpoint restrictions parse (SettingsError naming the setting otherwise)."""
-    restrictions(settings)
-
-
-def restrictions(settings: FunctionSettings) -> tuple[RestrictedApis, RestrictedApis]:
-    """The HTTP and gRPC endpoint restrictions the settings name."""
-    try:
-        return (RestrictedApis.parse(settings.http_restricted_api, "server.http_restricted_api"),
-                RestrictedApis.parse(settings.grpc_restricted_protocol, "server.grpc_restricted_protocol"))
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
-
-
-def trace_settings(settings: FunctionSettings) -> TraceSettings:
-    """The trace settings at start (SettingsError naming what is wrong)."""
-    try:
-        return parse_trace_config(settings.trace_config)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
-
-
-def rate_limit_resources(settings: FunctionSettings) -> dict[str, int] | None:
-    """The rate limiter's resource counts (None: rate limiting off); SettingsError for a malformed one."""
-    counts: dict[str, int] = {}
-    for spec in settings.rate_limit_resources:
-        name, _, rest = spec.partition(":")
-        count, _, device = rest.partition(":")
-        if not name or not count.isdigit() or (device and not device.isdigit()):
-            raise SettingsError(f"rate limit resource '{spec}': expected <name>:<count>[:<device>]")
-        counts[name] = int(count)  # one device here: a device-specific count is the resource's count
-    return counts if settings.rate_limit == "execution_count" else None
-
-
-def serves_single_port(settings: FunctionSettings) -> bool:
-    """Whether REST and gRPC share the HTTP port: as set, else when the platform's ``$PORT`` is the HTTP port."""
-    if settings.single_port is not None:
-        return settings.single_port
-    platform = os.environ.get(PLATFORM_PORT_ENV, "").strip()
-    return platform.isdigit() and settings.http_port == int(platform)
-
-
-def histogram_latencies(settings: FunctionSettings) -> bool:
-    """``--metrics-config histogram_latencies=<bool>`` (the last one given wins, as in Triton)."""
-    enabled = False
-    for spec in settings.metrics_config:
-        key, _, value = spec.partition("=")
-        if key != "histogram_latencies" or value not in ("true", "false"):
-            raise SettingsError(f"metrics config '{spec}': only histogram_latencies=true|false is supported")
-        enabled = value == "true"
-    return enabled
-
-
-def check_load_models(settings: FunctionSettings) -> None:
-    """Models to load at start are for explicit model control only (as Triton's --load-model)."""
-    if settings.load_models and settings.model_control != "explicit":
-        raise SettingsError("model_control.load_models (--load-model) needs model control mode 'explicit'")
-
-
 def parse_settings(data: Any, base_dir: Path) -> FunctionSettings:
     """Validate the parsed YAML; SettingsError names the offending key."""
     if data is None:
@@ -430,15 +368,6 @@ def apply_settings_flags(settings: FunctionSettings, args: Any) -> None:
     """The flags given on the command line over function.yaml's values, then the checks across settings."""
     apply_flags(settings, args)
     check_settings(settings)
-
-
-def check_settings(settings: FunctionSettings) -> None:
-    """What no single setting's check can see: settings that must agree, and values with a syntax of their own."""
-    check_load_models(settings)
-    check_restrictions(settings)
-    trace_settings(settings)
-    rate_limit_resources(settings)
-    histogram_latencies(settings)
 
 
 def load_settings(path: Path | None) -> FunctionSettings:

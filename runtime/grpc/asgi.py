@@ -68,7 +68,10 @@ def _metadata(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str | bytes
                                           "grpc-accept-encoding", "user-agent", "content-length"):
             continue
         if key.endswith("-bin"):
-            metadata.append((key, base64.b64decode(raw_value + b"=" * (-len(raw_value) % 4))))
+            try:
+                metadata.append((key, base64.b64decode(raw_value + b"=" * (-len(raw_value) % 4))))
+            except ValueError:  # not base64: handed over as sent
+                metadata.append((key, raw_value))
         else:
             metadata.append((key, raw_value.decode("latin-1")))
     return metadata
