@@ -110,7 +110,7 @@ class OpenAiRoutes:
         return {"id": name, "object": "model", "created": 0, "owned_by": "triton"}
 
     async def list_models(self, request: Request) -> Response:
-        names = sorted({row["name"] for row in self.service.repository_index(ready_only=True)})
+        names = sorted({row["name"] for row in self.service.repository_index()})  # as Triton's frontend: all
         return JSONResponse({"object": "list", "data": [self._model_object(name) for name in names]})
 
     async def get_model(self, request: Request) -> Response:
