@@ -103,13 +103,12 @@ class ProtocolAdapters:
 
     async def _start_single_port(self, auth: TokenAuth | None) -> None:
         from runtime.grpc.asgi import GrpcAsgiApp
-        from runtime.grpc.service import InferenceServicer
+        from runtime.grpc.server import create_servicer
         from runtime.listen.single_port import SinglePortServer, route_by_content_type
 
-        settings, limits = self.settings, self.settings.grpc_limits
-        servicer = InferenceServicer(self.service, limits.stream_max_in_flight, limits.stream_max_bytes,
-                                     limits.streams_max_bytes)
-        grpc_app = GrpcAsgiApp(servicer, settings.grpc_max_message_bytes, auth, settings.grpc_restrictions)
+        settings = self.settings
+        grpc_app = GrpcAsgiApp(create_servicer(self.service, settings.grpc_limits), settings.grpc_max_message_bytes,
+                               auth, settings.grpc_restrictions)
         assert settings.http_port is not None
         self.http = SinglePortServer(route_by_content_type(self._rest_app(auth), grpc_app), settings.host,
                                      settings.http_port, settings.http_limits, listening_fd=self._listening_fd())

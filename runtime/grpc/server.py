@@ -130,12 +130,16 @@ def create_grpc_server(
             ("grpc.keepalive_timeout_ms", int(limits.ping_interval * 1000)),
         ],
     )
-    servicer = InferenceServicer(service, limits.stream_max_in_flight, limits.stream_max_bytes,
-                                 limits.streams_max_bytes)
+    servicer = create_servicer(service, limits)
     server.add_generic_rpc_handlers((_method_handlers(servicer),))
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")
     return server
+
+
+def create_servicer(service: InferenceApi, limits: GrpcLimits) -> InferenceServicer:
+    """The servicer over ``service``, its streams bounded as ``limits`` say (grpcio's server and the ASGI one)."""
+    return InferenceServicer(service, limits.stream_max_in_flight, limits.stream_max_bytes, limits.streams_max_bytes)
 
 
 def _serialize(message) -> bytes:

@@ -180,15 +180,20 @@ class OnDemandLoader:
         seen = sorted(self.measured.values())
         return max(from_files, seen[len(seen) // 2] if seen else 0)
 
+    def _least_recently_used(self, but: str = "") -> str | None:
+        """The idle model used longest ago that may be unloaded (not ``but``), if any."""
+        now = time.monotonic()
+        idle = [(held.last_used, name) for name, held in self.resident.items()
+                if name != but and self._evictable(name, now)]
+        return min(idle)[1] if idle else None
+
     async def _trim(self, loaded: str) -> None:
         budget = self.settings.memory_budget
         while budget and self.total() > budget:
-            now = time.monotonic()
-            candidates = sorted((held.last_used, other) for other, held in self.resident.items()
-                                if other != loaded and self._evictable(other, now))
-            if not candidates:
+            victim = self._least_recently_used(but=loaded)
+            if victim is None:
                 return  # over until the models in use finish: the next load waits for room
-            await self.unload(candidates[0][1], "evicted")
+            await self.unload(victim, "evicted")
 
     def _evictable(self, name: str, now: float) -> bool:
         held = self.resident.get(name)
@@ -210,12 +215,10 @@ class OnDemandLoader:
                               f"{budget} bytes for models")
         give_up = time.monotonic() + max(0.0, self.settings.load_deadline - ROOM_WAIT_MARGIN_SECONDS)
         while self.total() + needed > budget:
-            now = time.monotonic()
-            candidates = sorted((held.last_used, other) for other, held in self.resident.items()
-                                if self._evictable(other, now))
-            if candidates:
-                await self.unload(candidates[0][1], "evicted")
-            elif now < give_up:  # every resident model is in use: wait for one to finish its requests
+            victim = self._least_recently_used()
+            if victim is not None:
+                await self.unload(victim, "evicted")
+            elif time.monotonic() < give_up:  # every resident model is in use: wait for one to finish its requests
                 await asyncio.sleep(ROOM_POLL_SECONDS)
             else:
                 raise Unavailable(

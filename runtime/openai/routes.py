@@ -96,8 +96,6 @@ class OpenAiRoutes:
             await self.service.ensure_model(name)  # model control on_demand loads it here
         except NotFound:
             raise UnknownModel(name) from None
-        if not self.service.model_ready(name):
-            raise UnknownModel(name)
         spec = self.service.model_config(name)
         cached = self._models.get(name)
         if cached is not None and (cached[0] is spec or cached[0] == spec):  # a reload gives another spec
