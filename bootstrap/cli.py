@@ -125,6 +125,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
                 stream_max_in_flight=settings.stream_max_in_flight,
                 stream_max_bytes=settings.stream_max_bytes,
                 streams_max_bytes=settings.streams_max_bytes,
+                infer_threads=settings.grpc_infer_threads,
+                max_streams=settings.grpc_max_streams,
             ),
             auth_token=settings.auth_token,
             auth_exempt_health=settings.auth_exempt_health,

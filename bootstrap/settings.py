@@ -17,6 +17,7 @@ from bootstrap.settings_schema import (
     boolean,
     byte_count,
     check_keys,
+    count_or_zero,
     one_of,
     optional_boolean,
     optional_text,
@@ -221,6 +222,17 @@ class FunctionSettings:
                 "before it stops being read")
     streams_max_bytes: int = setting(1 << 30, key="server.streams_max_bytes", check=positive_int,
                                      meaning="the same, for every stream of a serving process together")
+    grpc_infer_threads: int = setting(
+        32, key="server.grpc_infer_threads", check=count_or_zero,
+        meaning="gRPC ModelInfer calls answered at once, each in a thread of grpcio's thread-pool server (more wait "
+                "their turn); `0`: serve gRPC with grpc.aio instead (more CPU per call, no thread per call)",
+        flags=[Flag("--grpc-infer-threads", "gRPC ModelInfer calls answered at once (0: grpc.aio server)", int,
+                    metavar="N")])
+    grpc_max_streams: int = setting(
+        1024, key="server.grpc_max_streams", check=positive_int,
+        meaning="gRPC ModelStreamInfer streams open at once (each holds two threads); more are refused with "
+                "RESOURCE_EXHAUSTED (grpc.aio: unbounded)",
+        flags=[Flag("--grpc-max-streams", "gRPC streams open at once (thread-pool server)", int, metavar="N")])
     trace_config: tuple[str, ...] = setting(
         (), key="server.trace_config", check=text_list("Triton's --trace-config values"), shown="tracing off",
         meaning="tracing, as Triton's `--trace-config` values (a list; the flag adds to it): `rate=N`, "

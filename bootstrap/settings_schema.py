@@ -83,6 +83,12 @@ def positive_int(value: Any, name: str) -> int:
     return value
 
 
+def count_or_zero(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SettingsError(f"{name} must be a whole number (0 or more)")
+    return value
+
+
 def byte_count(value: Any, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise SettingsError(f"{name} must be a whole number of bytes")

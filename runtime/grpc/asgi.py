@@ -22,7 +22,8 @@ from urllib.parse import quote
 import grpc
 
 from runtime.auth import TokenAuth
-from runtime.grpc.server import auth_failure, restriction_failure
+from runtime.grpc.call_context import CallEnded, ServicerCallContext
+from runtime.grpc.server import call_refusal
 from runtime.grpc.service import InferenceServicer, details, tolerant_deserializer
 from runtime.protocol import service_pb2
 from runtime.restricted_api import RestrictedApis
@@ -35,28 +36,6 @@ _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1
 # grpc-message is percent-encoded; spaces are too, since HTTP/2 stacks strip a header value's trailing ones
 _MESSAGE_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
 _DECOMPRESS: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.decompress, "deflate": zlib.decompress}
-
-
-class CallEnded(Exception):
-    """The call ends with this status (what ``context.abort`` raises here)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class AsgiServicerContext:
-    """What the servicer uses of ``grpc.aio.ServicerContext``: the call's metadata, and ``abort``."""
-
-    def __init__(self, metadata: list[tuple[str, str | bytes]]) -> None:
-        self.metadata = tuple(metadata)
-
-    def invocation_metadata(self) -> tuple:
-        return self.metadata
-
-    async def abort(self, code: grpc.StatusCode, message: str = "") -> None:
-        raise CallEnded(code, message)
 
 
 def _metadata(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str | bytes]]:
@@ -115,7 +94,7 @@ class GrpcAsgiApp:
             encoding = headers.get(b"grpc-encoding", b"identity").decode("latin-1")
             timeout = _timeout(headers.get(b"grpc-timeout", b"").decode("latin-1"))
             messages = self._messages(receive, encoding)
-            context = AsgiServicerContext(metadata)
+            context = ServicerCallContext(metadata)
             try:
                 async with asyncio.timeout(timeout):
                     if streaming:
@@ -143,14 +122,9 @@ class GrpcAsgiApp:
         await send({"type": "http.response.trailers", "headers": trailers, "more_trailers": False})
 
     def _check_call(self, name: str, metadata: list[tuple[str, Any]]) -> None:
-        if self.auth is not None:
-            failure = auth_failure(self.auth, metadata)
-            if failure is not None:
-                raise CallEnded(grpc.StatusCode.UNAUTHENTICATED, failure)
-        if self.restrictions:
-            failure = restriction_failure(self.restrictions, name, metadata)
-            if failure is not None:
-                raise CallEnded(grpc.StatusCode.UNAVAILABLE, failure)
+        refusal = call_refusal(self.auth, self.restrictions, name, metadata)
+        if refusal is not None:
+            raise refusal
 
     async def _messages(self, receive: Callable, encoding: str) -> AsyncIterator[bytes]:
         """The request's messages as they arrive (a stream's: one at a time, so that backpressure holds)."""

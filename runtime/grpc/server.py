@@ -1,4 +1,5 @@
-"""The asyncio gRPC server: message-size limits and token auth."""
+"""The gRPC server (grpcio's thread-pool server over the loop, or grpc.aio): message-size limits, token auth and
+restricted API groups."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import grpc
 from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
 from runtime.errors import Unauthenticated
+from runtime.grpc.call_context import CallEnded
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
+from runtime.grpc.threaded import ThreadedGrpcServer, serialize_response
 from runtime.protocol import service_pb2
 from runtime.restricted_api import RestrictedApis
 
@@ -35,6 +38,21 @@ def restriction_failure(restrictions: RestrictedApis, method: str, metadata: Any
     key = RESTRICTED_METADATA_PREFIX + restriction.key.lower()
     values = [v for k, v in (metadata or ()) if k == key]
     return None if values == [restriction.value] else f"This protocol is restricted, expecting header '{key}'"
+
+
+def call_refusal(auth: TokenAuth | None, restrictions: RestrictedApis | None, method: str,
+                 metadata: Any) -> CallEnded | None:
+    """How a call of ``method`` with this metadata ends before it runs (None: it runs): no token, or a restricted
+    API group without its metadata."""
+    if auth is not None:
+        failure = auth_failure(auth, metadata)
+        if failure is not None:
+            return CallEnded(grpc.StatusCode.UNAUTHENTICATED, failure)
+    if restrictions:
+        failure = restriction_failure(restrictions, method, metadata)
+        if failure is not None:
+            return CallEnded(grpc.StatusCode.UNAVAILABLE, failure)
+    return None
 
 
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -111,27 +129,31 @@ def create_grpc_server(
     limits: GrpcLimits | None = None,
     reuse_port: bool = False,
     restrictions: RestrictedApis | None = None,
-) -> grpc.aio.Server:
-    """A bound (not yet started) grpc.aio server serving GRPCInferenceService on ``address``; ``reuse_port``:
-    one of several processes serving the port (SO_REUSEPORT), as front-end processes do; ``restrictions``: API
-    groups refused without their metadata (``--grpc-restricted-protocol``)."""
+) -> grpc.aio.Server | ThreadedGrpcServer:
+    """A bound (not yet started) server serving GRPCInferenceService on ``address``: grpcio's thread-pool server
+    over the running loop (``runtime/grpc/threaded.py``), or grpc.aio when ``limits.infer_threads`` is 0;
+    ``reuse_port``: one of several processes serving the port (SO_REUSEPORT), as front-end processes do;
+    ``restrictions``: API groups refused without their metadata (``--grpc-restricted-protocol``)."""
     limits = limits or GrpcLimits()
-    interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuthInterceptor(auth)] if auth else []
-    if restrictions:
-        interceptors.append(RestrictedProtocolInterceptor(restrictions))
-    server = grpc.aio.server(
-        interceptors=interceptors,
-        options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.so_reuseport", int(reuse_port)),
-            ("grpc.server_handshake_timeout_ms", int(limits.handshake_timeout * 1000)),
-            ("grpc.keepalive_time_ms", int(limits.ping_interval * 1000)),
-            ("grpc.keepalive_timeout_ms", int(limits.ping_interval * 1000)),
-        ],
-    )
+    options = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.so_reuseport", int(reuse_port)),
+        ("grpc.server_handshake_timeout_ms", int(limits.handshake_timeout * 1000)),
+        ("grpc.keepalive_time_ms", int(limits.ping_interval * 1000)),
+        ("grpc.keepalive_timeout_ms", int(limits.ping_interval * 1000)),
+    ]
     servicer = create_servicer(service, limits)
-    server.add_generic_rpc_handlers((_method_handlers(servicer),))
+    server: grpc.aio.Server | ThreadedGrpcServer
+    if limits.infer_threads:
+        server = ThreadedGrpcServer(servicer, options, limits.infer_threads, limits.max_streams,
+                                    lambda method, metadata: call_refusal(auth, restrictions, method, metadata))
+    else:
+        interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuthInterceptor(auth)] if auth else []
+        if restrictions:
+            interceptors.append(RestrictedProtocolInterceptor(restrictions))
+        server = grpc.aio.server(interceptors=interceptors, options=options)
+        server.add_generic_rpc_handlers((_method_handlers(servicer),))
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")
     return server
@@ -140,11 +162,6 @@ def create_grpc_server(
 def create_servicer(service: InferenceApi, limits: GrpcLimits) -> InferenceServicer:
     """The servicer over ``service``, its streams bounded as ``limits`` say (grpcio's server and the ASGI one)."""
     return InferenceServicer(service, limits.stream_max_in_flight, limits.stream_max_bytes, limits.streams_max_bytes)
-
-
-def _serialize(message) -> bytes:
-    """A response message (or a RawResponse, which writes its tensors itself) as bytes."""
-    return message.SerializeToString()
 
 
 def _method_handlers(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
@@ -156,5 +173,5 @@ def _method_handlers(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
         request_type = getattr(service_pb2, method.input_type.name)
         make = grpc.stream_stream_rpc_method_handler if method.client_streaming else grpc.unary_unary_rpc_method_handler
         handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=tolerant_deserializer(
-            request_type), response_serializer=_serialize)
+            request_type), response_serializer=serialize_response)
     return grpc.method_handlers_generic_handler(descriptor.full_name, handlers)

@@ -1,0 +1,136 @@
+"""The gRPC front ends: grpcio's thread-pool server (the default; runtime/grpc/threaded.py) and grpc.aio
+(``--grpc-infer-threads 0``): probes beside busy inference threads, the stream bound, a client that gives up."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source, write_model
+
+# sleeps IN[0] seconds (watching for cancellation, which it notes in a file), then answers IN
+SLOW = python_model_source(
+    """
+    seconds = float(pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0])
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if requests[0].is_cancelled():
+            with open(os.path.join(self.args["model_repository"], "cancelled"), "a") as marker:
+                marker.write(requests[0].request_id() + "\\n")
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError("cancelled")) for _ in requests]
+        time.sleep(0.02)
+    return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
+                                                        .as_numpy())]) for r in requests]
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory) -> Path:
+    repository = tmp_path_factory.mktemp("grpc-threads") / "models"
+    write_model(repository, "slow", IDENTITY_PYTHON_CONFIG, {"1/model.py": SLOW})
+    return repository
+
+
+@pytest.fixture(scope="module", params=["threads", "aio"])
+def server(request, repository):
+    threads = ["--grpc-infer-threads", "1"] if request.param == "threads" else ["--grpc-infer-threads", "0"]
+    with ServerProcess(repository, *threads, "--grpc-max-streams", "2") as process:
+        yield process
+
+
+def _infer(url: str, seconds: float, request_id: str = "", timeout: float | None = None) -> np.ndarray:
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        tensor = grpcclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([seconds], dtype=np.float32))
+        return client.infer("slow", [tensor], request_id=request_id, client_timeout=timeout).as_numpy("OUT")
+    finally:
+        client.close()
+
+
+def test_probes_answer_while_inference_holds_its_threads(server):
+    """``--grpc-infer-threads 1``: one ModelInfer runs, the next waits for it; health, readiness and metadata do
+    not wait behind either."""
+    finished: queue.Queue = queue.Queue()
+    calls = [threading.Thread(target=lambda: finished.put(("slow", _infer(server.grpc_url, 1.5)))),
+             threading.Thread(target=lambda: finished.put(("quick", _infer(server.grpc_url, 0.0))))]
+    calls[0].start()
+    time.sleep(0.3)
+    calls[1].start()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        started = time.monotonic()
+        assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("slow")
+        assert client.get_model_metadata("slow", as_json=True)["name"] == "slow"
+        assert time.monotonic() - started < 1.0
+    finally:
+        client.close()
+    for call in calls:
+        call.join(30)
+    order = [finished.get_nowait()[0] for _ in range(2)]
+    assert set(order) == {"slow", "quick"}
+
+
+def test_a_client_that_gives_up_cancels_its_request_in_the_model(server, repository):
+    marker = repository / "slow" / "cancelled"
+    request_id = f"gives-up-{server.grpc_port}"
+    with pytest.raises(InferenceServerException) as info:
+        _infer(server.grpc_url, 20.0, request_id, timeout=0.5)
+    assert "Deadline" in info.value.message() or "DEADLINE" in str(info.value.status())
+    deadline = time.monotonic() + 10
+    while not (marker.exists() and request_id in marker.read_text()):
+        assert time.monotonic() < deadline, "the model never saw its request cancelled"
+        time.sleep(0.05)
+    np.testing.assert_array_equal(_infer(server.grpc_url, 0.0), [0.0])  # and the server goes on
+
+
+def _open_stream(stub, release: threading.Event):
+    """A ModelStreamInfer stream that sends one request, then stays open until ``release``; its responses."""
+
+    def requests():
+        message = service_pb2.ModelInferRequest(model_name="slow", id="s")
+        tensor = message.inputs.add(name="IN", datatype="FP32", shape=[1])
+        tensor.contents.fp32_contents.append(0.0)
+        yield message
+        release.wait(30)
+
+    return stub.ModelStreamInfer(requests(), timeout=30)
+
+
+def test_streams_past_the_bound_are_refused_and_a_closed_one_frees_its_place(server, request):
+    if request.node.callspec.params["server"] == "aio":
+        pytest.skip("grpc.aio holds no thread per stream: its streams are not bounded")
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        releases = [threading.Event(), threading.Event()]
+        streams = [_open_stream(stub, release) for release in releases]
+        try:
+            for stream in streams:  # each is open on the server once it answered
+                assert not next(stream).error_message
+            with pytest.raises(grpc.RpcError) as info:
+                next(_open_stream(stub, threading.Event()))
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "2 streams are open" in info.value.details()
+            releases[0].set()
+            assert list(streams[0]) == []
+            deadline = time.monotonic() + 10
+            while True:  # the place is free once the server saw the stream end
+                try:
+                    assert not next(_open_stream(stub, releases[0])).error_message
+                    break
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
+                    time.sleep(0.05)
+        finally:
+            for release in releases:
+                release.set()
