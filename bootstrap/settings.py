@@ -225,7 +225,8 @@ class FunctionSettings:
     grpc_infer_threads: int = setting(
         32, key="server.grpc_infer_threads", check=count_or_zero,
         meaning="gRPC ModelInfer calls answered at once, each in a thread of grpcio's thread-pool server (more wait "
-                "their turn); `0`: serve gRPC with grpc.aio instead (more CPU per call, no thread per call)",
+                "their turn); `0`: serve gRPC with grpc.aio instead (one hand-off less for a lone call, smaller "
+                "batches under load, no thread per call)",
         flags=[Flag("--grpc-infer-threads", "gRPC ModelInfer calls answered at once (0: grpc.aio server)", int,
                     metavar="N")])
     grpc_max_streams: int = setting(
