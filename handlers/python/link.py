@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from handlers.python.runner import RunnerSpec
 from handlers.python.template import worker_context
-from handlers.python.transport import Arena, PeerMemory, TensorRef
+from handlers.python.transport import Arena, PeerMemory, TensorRef, send_pickled
 from handlers.python.worker import auto_complete_main, worker_main
 from runtime.errors import ModelLoadError
 
@@ -120,14 +120,14 @@ class WorkerLink:
         with self._send_lock:
             self.arena.announce(self.connection, self.process.pid)
             self._send_returned()
-            self.connection.send(message)
+            send_pickled(self.connection, message)
 
     def _send_returned(self) -> None:
         """Called with the send lock held."""
         with self._returned_lock:
             returned, self._returned = self._returned, []
         if returned:
-            self.connection.send(("release", returned))
+            send_pickled(self.connection, ("release", returned))
 
     def borrow(self, refs: list[TensorRef]) -> list[tuple[str, Any]]:
         """The worker's tensors in place (no copy); each is returned to the worker once nothing uses it (told

@@ -36,7 +36,7 @@ from handlers.python.runner import (
     error_result,
     response_result,
 )
-from handlers.python.transport import Arena, PeerMemory, TensorRef
+from handlers.python.transport import Arena, PeerMemory, TensorRef, send_pickled
 from runtime.allocator import tune_allocator
 from runtime.datatypes import datatype_of
 from runtime.errors import ModelLoadError, Status
@@ -175,7 +175,7 @@ class WorkerHost:
     def send_message(self, message: tuple) -> None:
         with self._send_lock:
             self.arena.announce(self.connection, self.parent_pid)
-            self.connection.send(message)
+            send_pickled(self.connection, message)
         self.inbox.take_arrived()  # while a model executes nobody reads: released memory, cancellations
 
     def _route(self, message: tuple | None) -> None:
