@@ -215,12 +215,17 @@ def start_ours(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int, 
     return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log), http, grpc_port
 
 
-def start_grpc_floor() -> tuple[subprocess.Popen, None, int]:
-    """The gRPC stack's own cost, pinned like the servers: ``scripts.benchmark``'s grpc.aio echo server, which
-    answers ModelInfer with its inputs (no model, no checks), started and answering ServerLive."""
+FLOORS = {"floor": "grpc.aio echo", "floor-threads": "grpcio thread-pool echo"}
+
+
+def start_grpc_floor(threads: bool = False) -> tuple[subprocess.Popen, None, int]:
+    """The gRPC stack's own cost, pinned like the servers: ``scripts.benchmark``'s echo server (grpc.aio, or
+    ``threads``: grpcio's thread-pool server, the stack ours runs on by default), which answers ModelInfer with its
+    inputs (no model, no checks), started and answering ServerLive."""
     port = free_port()
-    process = subprocess.Popen([*pinned(0), sys.executable, "-m", "scripts.benchmark", "--echo-server",
-                                str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [*pinned(0), sys.executable, "-m", "scripts.benchmark", "--echo-server", str(port)]
+    process = subprocess.Popen(command + (["--echo-threads"] if threads else []), cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_grpc_live(port, process)
     except TimeoutError:
@@ -413,8 +418,8 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
     rows: list[dict] = []
     try:
         for server in [server for _ in range(rounds) for server in servers]:
-            if server == "floor":
-                process, http_port, grpc_port = start_grpc_floor()
+            if server in FLOORS:
+                process, http_port, grpc_port = start_grpc_floor(threads=server == "floor-threads")
             else:
                 repository = workdir / f"repo-{server}"
                 if not repository.exists():
@@ -422,15 +427,15 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
                 start = start_triton if server == "triton" else start_ours
                 process, http_port, grpc_port = start(repository, workdir)
             try:
-                if server != "floor":
+                if server not in FLOORS:
                     wait_ready(process, http_port)
                 for protocol in protocols:
-                    if server == "floor" and protocol != "grpc":
+                    if server in FLOORS and protocol != "grpc":
                         continue
                     port = grpc_port if protocol == "grpc" else http_port
                     for model in MODELS:
-                        if (server == "triton" and model in OURS_ONLY) or (server == "floor"
-                                                                          and model not in FLOOR_MODELS):
+                        if (server == "triton" and model in OURS_ONLY) or (server in FLOORS
+                                                                           and model not in FLOOR_MODELS):
                             continue
                         count = requests if model.startswith("add_sub") else requests // 3
                         for c in concurrency:
@@ -499,7 +504,7 @@ def floor_rows(rows: list[dict]) -> list[dict]:
     """The echo floor's points beside Triton's (rate ratio, CPU per request)."""
     triton = {(r["protocol"], r["model"], r["c"]): r for r in rows if r["server"] == "triton"}
     return [{**row, "ratio": row["rps"] / theirs["rps"], "triton_cpu_us": theirs["cpu_us"]} for row in rows
-            if row["server"] == "floor" and (theirs := triton.get((row["protocol"], row["model"], row["c"])))]
+            if row["server"] in FLOORS and (theirs := triton.get((row["protocol"], row["model"], row["c"])))]
 
 
 def print_ratios(table: list[dict], floors: list[dict] = ()) -> None:
@@ -514,7 +519,8 @@ def print_ratios(table: list[dict], floors: list[dict] = ()) -> None:
     if any(row["model"] in OURS_ONLY for row in table):
         print("  (add_sub_onnx: our ONNX add_sub against Triton's Python add_sub_batch; the wheel has no ONNX backend)")
     for floor in floors:
-        print(f"  grpc {floor['model']:13} c={floor['c']:<3} the gRPC stack's floor (grpc.aio echo, no model): "
+        print(f"  grpc {floor['model']:13} c={floor['c']:<3} the gRPC stack's floor ({FLOORS[floor['server']]}, "
+              f"no model): "
               f"{floor['rps']:.0f} req/s = {floor['ratio']:.2f}x Triton, {floor['cpu_us']:.0f} us of CPU per "
               f"request (Triton's whole server {floor['triton_cpu_us']:.0f})")
     for what, value, relation, goal, met in targets(table):
@@ -527,8 +533,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
-    parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor"],
-                        choices=["triton", "ours", "floor"], help="floor: the grpc.aio echo server (gRPC only)")
+    parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor", "floor-threads"],
+                        choices=["triton", "ours", *FLOORS], help="floor, floor-threads: the grpc.aio and thread-pool "
+                        "echo servers (gRPC only)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per server, taking turns; the better counts")
     args = parser.parse_args()
     rows = side_by_side(args.requests, tuple(args.concurrency), tuple(args.protocols), tuple(args.servers),

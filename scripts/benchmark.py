@@ -389,21 +389,42 @@ class EchoServer:
         self.process.wait(10)
 
 
-def serve_echo(port: int) -> None:
+def serve_echo(port: int, threads: bool = False) -> None:
+    """The echo server on grpc.aio (uvloop), or, ``threads``, on grpcio's thread-pool server (32 threads, as
+    ours has for ModelInfer): the floor of each of the two stacks the server can run on."""
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+    def live(request, context):
+        return service_pb2.ServerLiveResponse(live=True)
+
+    def infer(request, context):
+        response = service_pb2.ModelInferResponse(model_name=request.model_name, model_version="1", id=request.id)
+        for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True):
+            response.outputs.add(name="OUTPUT0", datatype=tensor.datatype, shape=tensor.shape)
+            response.raw_output_contents.append(raw)
+        return response
+
+    if threads:
+        from concurrent.futures import ThreadPoolExecutor
+
+        class ThreadEcho(service_pb2_grpc.GRPCInferenceServiceServicer):
+            ServerLive = staticmethod(live)
+            ModelInfer = staticmethod(infer)
+
+        server = grpc.server(ThreadPoolExecutor(32))
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(ThreadEcho(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        server.wait_for_termination()
+        return
+
     class Echo(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def ServerLive(self, request, context):
-            return service_pb2.ServerLiveResponse(live=True)
+            return live(request, context)
 
         async def ModelInfer(self, request, context):
-            response = service_pb2.ModelInferResponse(model_name=request.model_name, model_version="1",
-                                                      id=request.id)
-            for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True):
-                response.outputs.add(name="OUTPUT0", datatype=tensor.datatype, shape=tensor.shape)
-                response.raw_output_contents.append(raw)
-            return response
+            return infer(request, context)
 
     async def run() -> None:
         server = grpc.aio.server()
@@ -702,9 +723,10 @@ def main() -> None:
     parser.add_argument("--skip-frontends", action="store_true", help="do not measure front-end processes")
     parser.add_argument("--output", type=Path, default=ROOT / "bench_results.json")
     parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--echo-threads", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
-        serve_echo(args.echo_server)
+        serve_echo(args.echo_server, args.echo_threads)
         return
     results = asyncio.run(main_async(args))
     args.output.write_text(json.dumps(asdict(results), indent=2))
