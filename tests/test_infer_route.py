@@ -8,7 +8,7 @@ import pytest
 
 from runtime.errors import Cancelled, ResourceExhausted
 from runtime.http.body import BodyTimeout, receive_asgi_body
-from runtime.http.infer_route import unless_disconnected
+from runtime.http.infer_route import WATCH_AFTER_SECONDS, unless_disconnected
 
 
 def _receiving(*messages: dict, then_wait: bool = True):
@@ -70,5 +70,25 @@ def test_finished_work_is_returned_and_a_server_cancel_stays_a_cancel():
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_sooner_than_the_watch_delay_never_reads_for_a_disconnect():
+    """The watch costs a task and a receive per request: work done within WATCH_AFTER_SECONDS goes without it, and
+    work that takes longer is watched (a client leaving then cancels it)."""
+    reads = 0
+
+    async def counting_receive() -> dict:
+        nonlocal reads
+        reads += 1
+        return {"type": "http.disconnect"}
+
+    async def scenario() -> None:
+        assert await unless_disconnected(counting_receive, asyncio.sleep(WATCH_AFTER_SECONDS / 5, "quick")) == "quick"
+        assert reads == 0
+        with pytest.raises(Cancelled):
+            await unless_disconnected(counting_receive, asyncio.sleep(WATCH_AFTER_SECONDS * 20))
+        assert reads == 1
 
     asyncio.run(scenario())

@@ -29,6 +29,7 @@ from runtime.http.status import error_body, error_status
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
+WATCH_AFTER_SECONDS = 0.05  # how long an infer request runs before a client that leaves is watched for
 # Large bodies are joined, inflated, decoded and encoded off the event loop, on one thread: that work
 # holds the GIL anyway, and one holder at a time keeps the loop's (health probes') waits short.
 _OFFLOAD_BYTES = 1 << 20
@@ -138,10 +139,14 @@ def _encode(response, binary_default: bool, accept_encoding: str) -> tuple[int, 
 
 async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
     """Await ``work`` in this task, cancelled (so a queued request never runs) if the client disconnects meanwhile:
-    Cancelled then, and a server cancelling this task still gets CancelledError."""
+    Cancelled then, and a server cancelling this task still gets CancelledError.  The watch starts only once the
+    work has taken ``WATCH_AFTER_SECONDS``: most answers come sooner, and a watch task per request cost them more
+    than their model did."""
     task = asyncio.current_task()
     assert task is not None
+    loop = asyncio.get_running_loop()
     left = False
+    watcher: asyncio.Task | None = None
 
     async def watch() -> None:
         nonlocal left
@@ -150,7 +155,11 @@ async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
         left = True
         task.cancel()
 
-    watcher = asyncio.get_running_loop().create_task(watch())
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(watch())
+
+    timer = loop.call_later(WATCH_AFTER_SECONDS, start_watching)
     try:
         return await work
     except asyncio.CancelledError:
@@ -159,4 +168,6 @@ async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
             raise Cancelled("the client disconnected") from None
         raise
     finally:
-        watcher.cancel()
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
