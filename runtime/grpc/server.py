@@ -55,23 +55,6 @@ def call_refusal(auth: TokenAuth | None, restrictions: RestrictedApis | None, me
     return None
 
 
-class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses any call without the token in its ``authorization`` metadata, before it runs."""
-
-    def __init__(self, auth: TokenAuth) -> None:
-        self.auth = auth
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        failure = auth_failure(self.auth, handler_call_details.invocation_metadata)
-        if failure is not None:
-            return _deny(failure, streaming=handler_call_details.method.endswith("/ModelStreamInfer"))
-        return await continuation(handler_call_details)
-
-
 # Each method's API group for --grpc-restricted-protocol, as Triton 2.51 groups them.
 GROUP_BY_METHOD = {
     "ServerLive": "health", "ServerReady": "health", "ModelReady": "health",
@@ -88,11 +71,12 @@ GROUP_BY_METHOD = {
 RESTRICTED_METADATA_PREFIX = "triton-grpc-protocol-"
 
 
-class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses a call of a restricted API group without its ``triton-grpc-protocol-<key>`` metadata (UNAVAILABLE,
-    in Triton's words)."""
+class CallRefusalInterceptor(grpc.aio.ServerInterceptor):
+    """Refuses a call before it runs as :func:`call_refusal` says (grpc.aio; the thread-pool server and the ASGI
+    adapter ask it themselves)."""
 
-    def __init__(self, restrictions: RestrictedApis) -> None:
+    def __init__(self, auth: TokenAuth | None, restrictions: RestrictedApis | None) -> None:
+        self.auth = auth
         self.restrictions = restrictions
 
     async def intercept_service(
@@ -101,14 +85,13 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = handler_call_details.method.rpartition("/")[2]
-        failure = restriction_failure(self.restrictions, method, handler_call_details.invocation_metadata)
-        if failure is not None:
-            return _deny(failure, streaming=method == "ModelStreamInfer", code=grpc.StatusCode.UNAVAILABLE)
+        refusal = call_refusal(self.auth, self.restrictions, method, handler_call_details.invocation_metadata)
+        if refusal is not None:
+            return _deny(refusal.message, streaming=method == "ModelStreamInfer", code=refusal.code)
         return await continuation(handler_call_details)
 
 
-def _deny(message: str, streaming: bool,
-          code: grpc.StatusCode = grpc.StatusCode.UNAUTHENTICATED) -> grpc.RpcMethodHandler:
+def _deny(message: str, streaming: bool, code: grpc.StatusCode) -> grpc.RpcMethodHandler:
     async def unary(request, context: grpc.aio.ServicerContext):
         await context.abort(code, message)
 
@@ -149,9 +132,7 @@ def create_grpc_server(
         server = ThreadedGrpcServer(servicer, options, limits.infer_threads, limits.max_streams,
                                     lambda method, metadata: call_refusal(auth, restrictions, method, metadata))
     else:
-        interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuthInterceptor(auth)] if auth else []
-        if restrictions:
-            interceptors.append(RestrictedProtocolInterceptor(restrictions))
+        interceptors = [CallRefusalInterceptor(auth, restrictions)] if auth or restrictions else []
         server = grpc.aio.server(interceptors=interceptors, options=options)
         server.add_generic_rpc_handlers((_method_handlers(servicer),))
     if server.add_insecure_port(address) == 0:
