@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import queue
+import signal
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from runtime.server import EXIT_CUT_OFF, EXIT_GRACE_SECONDS
 from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source, write_model
 
 # sleeps IN[0] seconds (watching for cancellation, which it notes in a file), then answers IN
@@ -134,3 +136,38 @@ def test_streams_past_the_bound_are_refused_and_a_closed_one_frees_its_place(ser
         finally:
             for release in releases:
                 release.set()
+
+
+def _answer_into(outcome: queue.Queue, url: str, seconds: float) -> None:
+    try:
+        outcome.put(_infer(url, seconds))
+    except InferenceServerException as exc:
+        outcome.put(exc)
+
+
+@pytest.mark.parametrize("front_end", ["threads", "aio"])
+def test_sigterm_lets_a_grpc_call_finish_and_cuts_off_one_past_the_drain(tmp_path, repository, front_end):
+    """The drain holds on either front end: a call shorter than the shutdown timeout gets its answer and the server
+    exits 0; one longer is cut off at the timeout (its coroutine cancelled, no pool thread left waiting), and the
+    server exits within the bound."""
+    threads = ["--grpc-infer-threads", "0"] if front_end == "aio" else []
+    for seconds, timeout, expected in ((1.0, "10", 0), (3600.0, "2", EXIT_CUT_OFF)):
+        process = ServerProcess(repository, *threads, "--shutdown-timeout", timeout,
+                                log=tmp_path / f"server-{front_end}-{timeout}.log").start()
+        outcome: queue.Queue = queue.Queue()
+        client = threading.Thread(target=_answer_into, args=(outcome, process.grpc_url, seconds), daemon=True)
+        client.start()
+        time.sleep(0.5)  # executing
+        started = time.monotonic()
+        process.process.send_signal(signal.SIGTERM)
+        code = process.process.wait(timeout=float(timeout) + EXIT_GRACE_SECONDS + 10)
+        took = time.monotonic() - started
+        process.stop()
+        assert code == expected, process.log()
+        assert took < float(timeout) + 3.0, (took, process.log())
+        client.join(10)
+        result = outcome.get_nowait()
+        if expected == 0:
+            np.testing.assert_array_equal(result, [1.0])
+        else:
+            assert isinstance(result, InferenceServerException)
