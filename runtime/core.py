@@ -350,9 +350,9 @@ class InferenceService:
                 InferTensor(
                     name=requested.name,
                     datatype=datatype_of(array),
-                    shape=tuple(int(d) for d in array.shape),
+                    shape=array.shape,  # numpy's shape: a tuple of ints already
                     data=array,
-                    parameters=dict(requested.parameters),
+                    parameters=dict(requested.parameters) if requested.parameters else {},
                 )
             )
         return InferResponse(
@@ -366,6 +366,8 @@ class InferenceService:
 
 def _in_config_order(spec: ModelSpec, requested: list[RequestedOutput]) -> list[RequestedOutput]:
     """Requested outputs once each, in the order the config lists them (as Triton answers)."""
+    if not requested:
+        return []
     by_name = {output.name: output for output in requested}
     ordered = [by_name.pop(t.name) for t in spec.outputs if t.name in by_name]
     return ordered + list(by_name.values())

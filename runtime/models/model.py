@@ -82,8 +82,10 @@ class ModelVersion:
         """READY, and at least one instance can serve now (available, and not stuck past its execute timeout)."""
         if self.state is not ModelState.READY:
             return False
-        overdue = self.scheduler.overdue() if self.scheduler is not None else {}
-        return any(instance.available and instance not in overdue for instance in self.instances)
+        scheduler = self.scheduler
+        if scheduler is None:
+            return any(instance.available for instance in self.instances)
+        return any(instance.available and not scheduler.is_overdue(instance) for instance in self.instances)
 
     def status(self) -> tuple[str, str]:
         """(state, reason) as the repository index shows them: a READY version none of whose instances can serve

@@ -123,6 +123,11 @@ class Scheduler:
     def pending(self) -> int:
         return len(self.queue)
 
+    def is_overdue(self, instance: ModelHandler) -> bool:
+        """Whether ``instance`` is executing past its ``execute_timeout`` (asked on every request: no dict built)."""
+        began = self._running.get(instance)
+        return began is not None and time.monotonic() - began > instance.execute_timeout
+
     def overdue(self) -> dict[ModelHandler, float]:
         """Instances executing past their ``execute_timeout``, with the seconds they have run (they cannot serve)."""
         now = time.monotonic()

@@ -77,6 +77,10 @@ class SequenceScheduler:
     def pending(self) -> int:
         return sum(scheduler.pending for scheduler in self._schedulers)
 
+    def is_overdue(self, instance: ModelHandler) -> bool:
+        """Whether ``instance`` executes past its execute timeout (see ``Scheduler.is_overdue``)."""
+        return any(scheduler.is_overdue(instance) for scheduler in self._schedulers)
+
     def overdue(self) -> dict[ModelHandler, float]:
         """Instances executing past their execute timeout (see ``Scheduler.overdue``)."""
         return {instance: seconds for scheduler in self._schedulers
