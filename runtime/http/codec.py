@@ -90,6 +90,8 @@ def _parameters(parameters: Any, what: str) -> dict:
 
 
 def _shape(value: Any, name: str) -> tuple[int, ...]:
+    if type(value) is list and all(type(d) is int and d >= 0 for d in value):  # the common case, in one pass
+        return tuple(value)
     if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
         raise InvalidArgument(f"input '{name}': 'shape' must be a list of integers")
     if any(d < 0 for d in value):
@@ -104,6 +106,8 @@ def _no_elements(shape: Any) -> bool:
 
 def _atoi(text: str) -> int:
     """C's atoi: optional whitespace and sign, then the leading digits; 0 when there are none."""
+    if text.isascii() and text.isdigit():  # the common case: a plain number
+        return int(text)
     stripped = text.lstrip(" \t\n\r\v\f")
     sign, digits = (-1, stripped[1:]) if stripped[:1] == "-" else (1, stripped[1:] if stripped[:1] == "+" else stripped)
     length = 0
@@ -153,7 +157,7 @@ def _decode_header(
     spans = dict(spans)
     message = _decode_message(text)
     parameters = dict(_parameters(message.parameters, "request"))
-    if any(key.startswith(RESERVED_PREFIX) for key in parameters):  # Triton checks this over HTTP only
+    if parameters and any(key.startswith(RESERVED_PREFIX) for key in parameters):  # Triton checks this over HTTP only
         raise InvalidArgument(
             "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
         )
