@@ -1,9 +1,9 @@
 """GRPCInferenceService on grpcio's thread-pool server, the servicer's coroutines run on the serving loop.
 
-grpcio's synchronous server spends less CPU per call than grpc.aio (its completion queue is polled by one C thread,
-not woken into the event loop per event): measured in ``docs/benchmarks.md``. Each call is answered in a pool
-thread that hands the servicer's coroutine to the loop through :class:`LoopBridge` and sleeps until it ends, so the
-servicer, and the core under it, stay on one loop exactly as with grpc.aio.
+grpcio's synchronous server spends less CPU per call than grpc.aio (one thread polls its completion queue and hands
+calls to a pool, where grpc.aio wakes the event loop for every completion): measured in ``docs/benchmarks.md``.
+Each call is answered in a pool thread that hands the servicer's coroutine to the loop through :class:`LoopBridge`
+and sleeps until it ends, so the servicer, and the core under it, stay on one loop exactly as with grpc.aio.
 
 Three pools keep one kind of call from starving another: ``ModelInfer`` calls (``infer_threads`` at once, the
 rest queue in the pool, inside grpcio), ``ModelStreamInfer`` streams (each holds a thread while open, and one more
@@ -14,7 +14,6 @@ to read its requests; past ``max_streams`` a new one is refused with RESOURCE_EX
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,8 +25,6 @@ from runtime.grpc.call_context import CallEnded, ServicerCallContext
 from runtime.grpc.loop_bridge import BridgedCall, LoopBridge
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
 from runtime.protocol import service_pb2
-
-logger = logging.getLogger(__name__)
 
 CONTROL_THREADS = 16  # health, metadata, statistics, model control: a slow load leaves probes room
 _END = object()
