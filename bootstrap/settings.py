@@ -223,10 +223,11 @@ class FunctionSettings:
     streams_max_bytes: int = setting(1 << 30, key="server.streams_max_bytes", check=positive_int,
                                      meaning="the same, for every stream of a serving process together")
     grpc_infer_threads: int = setting(
-        32, key="server.grpc_infer_threads", check=count_or_zero,
-        meaning="gRPC ModelInfer calls answered at once, each in a thread of grpcio's thread-pool server (more wait "
-                "their turn); `0`: serve gRPC with grpc.aio instead (one hand-off less for a lone call, smaller "
-                "batches under load, no thread per call)",
+        256, key="server.grpc_infer_threads", check=count_or_zero,
+        meaning="gRPC ModelInfer calls answered at once, each in a thread of grpcio's thread-pool server (threads "
+                "start as calls need them; more calls wait their turn in grpcio, before the model's queue and its "
+                "queue policy see them); `0`: serve gRPC with grpc.aio instead (one hand-off less for a lone call, "
+                "smaller batches under load, no thread per call)",
         flags=[Flag("--grpc-infer-threads", "gRPC ModelInfer calls answered at once (0: grpc.aio server)", int,
                     metavar="N")])
     grpc_max_streams: int = setting(
