@@ -66,7 +66,7 @@ class ProtocolAdapters:
         self.settings = settings
         self.reuse_port = reuse_port
         self.http: HttpServer | SinglePortServer | None = None
-        self.grpc: Any = None  # grpc.aio.Server (grpc is imported only when gRPC is served)
+        self.grpc: Any = None  # ThreadedGrpcServer or grpc.aio.Server (grpc is imported only when gRPC is served)
 
     async def start(self) -> None:
         """Listen on every port; OSError (a port taken) leaves what started for :meth:`stop`."""
