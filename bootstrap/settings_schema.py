@@ -83,16 +83,18 @@ def positive_int(value: Any, name: str) -> int:
     return value
 
 
-def count_or_zero(value: Any, name: str) -> int:
+def _whole_number(value: Any, name: str, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise SettingsError(f"{name} must be a whole number (0 or more)")
+        raise SettingsError(f"{name} must be {what}")
     return value
+
+
+def count_or_zero(value: Any, name: str) -> int:
+    return _whole_number(value, name, "a whole number (0 or more)")
 
 
 def byte_count(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise SettingsError(f"{name} must be a whole number of bytes")
-    return value
+    return _whole_number(value, name, "a whole number of bytes")
 
 
 def _seconds(value: Any, name: str, positive: bool) -> float:

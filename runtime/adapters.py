@@ -17,10 +17,10 @@ from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer
+from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
     from runtime.listen.single_port import SinglePortServer
-from runtime.restricted_api import RestrictedApis
 
 logger = logging.getLogger(__name__)
 

@@ -390,7 +390,7 @@ class EchoServer:
 
 
 def serve_echo(port: int, threads: bool = False) -> None:
-    """The echo server on grpc.aio (uvloop), or, ``threads``, on grpcio's thread-pool server (32 threads, as
+    """The echo server on grpc.aio (uvloop), or, ``threads``, on grpcio's thread-pool server (as many threads as
     ours has for ModelInfer): the floor of each of the two stacks the server can run on."""
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -412,7 +412,9 @@ def serve_echo(port: int, threads: bool = False) -> None:
             ServerLive = staticmethod(live)
             ModelInfer = staticmethod(infer)
 
-        server = grpc.server(ThreadPoolExecutor(32))
+        from runtime.grpc.limits import GrpcLimits
+
+        server = grpc.server(ThreadPoolExecutor(GrpcLimits().infer_threads))
         service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(ThreadEcho(), server)
         server.add_insecure_port(f"127.0.0.1:{port}")
         server.start()

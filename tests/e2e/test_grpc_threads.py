@@ -1,5 +1,6 @@
 """The gRPC front ends: grpcio's thread-pool server (the default; runtime/grpc/threaded.py) and grpc.aio
-(``--grpc-infer-threads 0``): probes beside busy inference threads, the stream bound, a client that gives up."""
+(``--grpc-infer-threads 0``): probes beside busy inference threads, the stream bound, a client that gives up,
+SIGTERM's drain."""
 
 from __future__ import annotations
 
