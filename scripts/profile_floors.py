@@ -48,8 +48,9 @@ def serve_http_echo(port: int) -> None:
     async def app(scope, receive, send) -> None:
         if scope["type"] != "http":
             return
+        length = next((int(value) for key, value in scope["headers"] if key == b"content-length"), -1)
         body, more = b"", True
-        while more:
+        while more and len(body) != length:  # as our infer route: complete at its declared length
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)

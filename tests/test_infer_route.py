@@ -38,6 +38,14 @@ def test_the_body_arrives_in_its_chunks_and_is_bounded():
         asyncio.run(receive_asgi_body(_receiving(), "11", 10, 1))
 
 
+def test_a_body_of_declared_length_is_complete_without_the_closing_message():
+    """granian sends an empty closing message after the data: waiting for it cost a hand-off per request."""
+    assert asyncio.run(receive_asgi_body(_receiving(_body(b"ab", True)), "2", 10, 0.2)) == [b"ab"]
+    assert asyncio.run(receive_asgi_body(_receiving(), "0", 10, 0.2)) == []  # nothing to read
+    with pytest.raises(BodyTimeout):  # short of its length: still waits for the rest
+        asyncio.run(receive_asgi_body(_receiving(_body(b"a", True)), "2", 10, 0.05))
+
+
 def test_a_body_that_stops_arriving_or_whose_client_leaves_is_refused():
     with pytest.raises(BodyTimeout):
         asyncio.run(receive_asgi_body(_receiving(_body(b"a", True)), None, 10, 0.05))

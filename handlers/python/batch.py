@@ -25,6 +25,7 @@ from handlers.python import bls
 from handlers.python.in_flight import RequestsInFlight
 from handlers.python.link import WorkerGone, WorkerLink
 from handlers.python.supervisor import WorkerSupervisor
+from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, ServingError, Unavailable
 from runtime.types import InferRequest
 
@@ -160,8 +161,8 @@ class WorkerBatch:
 def _on_loop(future: Future, timeout: float) -> asyncio.Future:
     """A loop future of (answer, None), or (None, why) when the worker went away, or TimeoutError past
     ``timeout`` seconds, that follows ``future`` without ever cancelling it (the link completes it, on the loop
-    or in its reader thread: a cancelled one would fail there). A timer, not ``asyncio.wait_for``: that wraps
-    each batch's wait in a future and callbacks of its own.
+    or in its reader thread: a cancelled one would fail there). A deadline on the loop's wheel, not
+    ``asyncio.wait_for`` (a future and callbacks of its own per batch) nor a loop timer (a libuv handle each).
 
     The failure comes as a value, not raised: a raised one would tie the dead worker's link (its pipes and
     shared memory) into a traceback cycle until the cyclic collector ran.
@@ -187,7 +188,7 @@ def _on_loop(future: Future, timeout: float) -> asyncio.Future:
         if not waiter.done():
             waiter.set_exception(TimeoutError())
 
-    timer = loop.call_later(timeout, expire)
+    timer = deadline_wheel().call_later(timeout, expire)
     waiter.add_done_callback(lambda _: timer.cancel())  # a cancelled wait (unloading) stops the timer too
     future.add_done_callback(follow)
     return waiter

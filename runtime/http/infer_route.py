@@ -20,6 +20,7 @@ from typing import TypeVar
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.api import InferenceApi
+from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import Cancelled, ServingError, Unsupported
 from runtime.http.body import ByteBudget, assemble_body, compress, receive_asgi_body
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
@@ -75,16 +76,20 @@ class InferRoute:
             raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
         content_length, encoding, accept_encoding, header_length, traceparent = _read_headers(scope)
         declared = _declared_json_bytes(content_length, header_length)
-        with self.json_budget.reserve(declared if declared > _OFFLOAD_BYTES else 0):
+        budgeted = self.json_budget.take(declared) if declared > _OFFLOAD_BYTES else 0
+        try:
             chunks = await receive_asgi_body(receive, content_length, self.max_body_bytes, self.body_timeout)
-            size = sum(len(chunk) for chunk in chunks)
-            undeclared = size if not declared and header_length is None and size > _OFFLOAD_BYTES else 0
-            with self.json_budget.reserve(undeclared):  # a chunked upload: budget what arrived
-                work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version)
-                if size > _OFFLOAD_BYTES:
-                    request, binary_default = await _off_loop(_decode, *work)
-                else:
-                    request, binary_default = _decode(*work)
+            size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
+            if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
+                budgeted += self.json_budget.take(size)  # budget what arrived
+            work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version)
+            if size > _OFFLOAD_BYTES:
+                request, binary_default = await _off_loop(_decode, *work)
+            else:
+                request, binary_default = _decode(*work)
+        finally:
+            if budgeted:
+                self.json_budget.give_back(budgeted)
         request.trace_context = traceparent  # continued by tracing in opentelemetry mode
         response = await unless_disconnected(receive, self.service.infer(request))
         if sum(t.data.nbytes for t in response.outputs if t.data is not None) > _OFFLOAD_BYTES:
@@ -144,7 +149,6 @@ async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
     than their model did."""
     task = asyncio.current_task()
     assert task is not None
-    loop = asyncio.get_running_loop()
     left = False
     watcher: asyncio.Task | None = None
 
@@ -157,9 +161,9 @@ async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
 
     def start_watching() -> None:
         nonlocal watcher
-        watcher = loop.create_task(watch())
+        watcher = asyncio.get_running_loop().create_task(watch())
 
-    timer = loop.call_later(WATCH_AFTER_SECONDS, start_watching)
+    timer = deadline_wheel().call_later(WATCH_AFTER_SECONDS, start_watching)
     try:
         return await work
     except asyncio.CancelledError:

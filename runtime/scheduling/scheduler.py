@@ -20,6 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, Unavailable
 from runtime.handler import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
 from runtime.models.config import ModelSpec, QueuePolicy
@@ -365,7 +366,8 @@ class Scheduler:
         running = loop.run_in_executor(self.executor, self._execute, instance, batch)
         if instance.bounds_own_executions:
             return await running
-        timer = loop.call_later(instance.execute_timeout, self._answer_overdue, instance, batch)
+        timer = deadline_wheel().call_later(instance.execute_timeout,
+                                            lambda: self._answer_overdue(instance, batch))
         try:
             return await running
         finally:
