@@ -70,16 +70,17 @@ class PriorityQueues(Generic[T]):
         with contextlib.suppress(ValueError):
             self._queues[item.level].remove(item)
 
-    def sift(self, wanted: Callable[[T], bool | None]) -> None:
+    def sift(self, wanted: Callable[[T], bool | None], full: Callable[[], bool] = lambda: False) -> None:
         """Offer each queued item, by level then age, to ``wanted``: True takes it out, False leaves it queued,
-        None drops it (a request already answered)."""
-        for index, queue in enumerate(self._queues):
-            kept: deque[T] = deque()
-            while queue:
+        None drops it (a request already answered).  Offering stops once ``full()``: a batch filled from a long
+        queue costs its own size, not the queue's length."""
+        for queue in self._queues:
+            kept: list[T] = []
+            while queue and not full():
                 item = queue.popleft()
                 if wanted(item) is False:
                     kept.append(item)
-            self._queues[index] = kept
+            queue.extendleft(reversed(kept))
 
     def drain(self) -> Iterator[T]:
         """Every queued item, each queue emptied as it goes."""

@@ -232,7 +232,7 @@ class Scheduler:
                 return True
             return False
 
-        self.queue.sift(wanted)
+        self.queue.sift(wanted, lambda: taken >= self.target_batch)
         return taken
 
     async def _next_batch(self) -> list[QueuedRequest]:

@@ -111,3 +111,24 @@ def test_queues_take_the_first_level_first_and_put_back_in_front():
     queues.remove(low)
     assert list(queues.drain()) == [high] and not queues
     assert PriorityQueues().index_of(7) == 0  # no levels: one queue
+
+
+def test_sifting_stops_once_the_batch_is_full_and_leaves_the_rest_in_order():
+    """A batch taken from a long queue offers only what it needs: the items past it are never looked at."""
+    queues: PriorityQueues[_Item] = PriorityQueues(levels=2, default_level=1)
+    first, second = [_Item(0) for _ in range(3)], [_Item(1) for _ in range(50)]
+    queues.extend(first + second)
+    offered: list[_Item] = []
+    taken: list[_Item] = []
+
+    def wanted(item: _Item) -> bool:
+        offered.append(item)
+        if item is first[1]:
+            return False  # left queued, in its place
+        taken.append(item)
+        return True
+
+    queues.sift(wanted, lambda: len(taken) >= 4)
+    assert taken == [first[0], first[2], second[0], second[1]]
+    assert len(offered) == 5
+    assert list(queues) == [first[1], *second[2:]]
