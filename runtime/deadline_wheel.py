@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import logging
 import math
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-
-logger = logging.getLogger(__name__)
 
 RESOLUTION = 0.01  # seconds per slot
 _EARLY = 0.002  # a slot this close to due runs now (loop timers fire to the millisecond, not the microsecond)
@@ -85,7 +82,10 @@ class DeadlineWheel:
         loop = asyncio.get_running_loop()
         due = loop.time() + _EARLY
         while self._slots and self._slots[0] * self.resolution <= due:
-            for timer in self._buckets.pop(heapq.heappop(self._slots), ()):
+            bucket = self._buckets.pop(heapq.heappop(self._slots), {})
+            for timer in list(bucket):
+                if bucket.pop(timer, 0) is not None:
+                    continue  # cancelled by a callback before it
                 try:
                     timer.callback()
                 except Exception as exc:  # noqa: BLE001 - one failing callback must not stop the others

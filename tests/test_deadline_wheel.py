@@ -52,6 +52,26 @@ def test_a_cancelled_deadline_never_fires_and_cancelling_twice_or_late_is_harmle
     assert _run(scenario) == ["kept"]
 
 
+def test_a_callback_may_cancel_another_deadline_of_its_slot():
+    async def scenario() -> list[str]:
+        wheel = DeadlineWheel()
+        fired: list[str] = []
+        later = None
+
+        def first() -> None:
+            fired.append("first")
+            assert later is not None
+            later.cancel()
+
+        wheel.call_later(0.02, first)
+        later = wheel.call_later(0.02, lambda: fired.append("cancelled"))
+        wheel.call_later(0.02, lambda: fired.append("third"))
+        await asyncio.sleep(0.06)
+        return fired
+
+    assert _run(scenario) == ["first", "third"]
+
+
 def test_a_failing_callback_is_reported_and_the_others_still_run(caplog):
     async def scenario() -> list[str]:
         wheel = DeadlineWheel()
