@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import zlib
-from collections.abc import Iterator
 
 from starlette.requests import Request
 from starlette.types import Receive
@@ -141,11 +139,3 @@ class ByteBudget:
 
     def give_back(self, size: int) -> None:
         self.in_use -= size
-
-    @contextlib.contextmanager
-    def reserve(self, size: int) -> Iterator[None]:
-        self.take(size)
-        try:
-            yield
-        finally:
-            self.give_back(size)
