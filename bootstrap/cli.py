@@ -99,6 +99,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         model_control=settings.model_control,
         startup_models=settings.load_models,
         on_demand=OnDemandSettings(keep_warm=settings.keep_warm_seconds, memory_budget=settings.memory_budget_bytes,
+                                   gpu_memory_budget=settings.gpu_memory_budget_bytes,
                                    always_loaded=settings.always_loaded, load_deadline=settings.load_deadline_seconds,
                                    retry_after=settings.retry_after_seconds),
         model_load_concurrency=settings.model_load_thread_count,

@@ -316,6 +316,13 @@ class FunctionSettings:
         meaning="on_demand: host memory models may hold; before a load, the least recently used idle models are "
                 "unloaded until the new one fits (`0`: no budget)",
         flags=[Flag("--memory-budget-bytes", "on_demand: host memory models may hold", int, metavar="BYTES")])
+    gpu_memory_budget_bytes: int = setting(
+        0, key="model_control.gpu_memory_budget_bytes", check=byte_count,
+        meaning="on_demand: memory models may hold on each GPU, measured on the whole device (what unloads leave "
+                "behind, such as CUDA contexts, counts too); least recently used idle models on that GPU are "
+                "unloaded to fit (`0`: no budget)",
+        flags=[Flag("--gpu-memory-budget-bytes", "on_demand: memory models may hold on each GPU", int,
+                    metavar="BYTES")])
     always_loaded: tuple[str, ...] = setting(
         (), key="model_control.always_loaded", check=text_list("model names"),
         meaning="on_demand: models loaded at start and never unloaded for idleness or room",

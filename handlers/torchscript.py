@@ -116,3 +116,5 @@ class TorchScriptHandler(TensorHandler):
 
     def unload(self, deadline: float | None = None) -> None:
         self.module = None
+        if self._torch is not None and self.device.startswith("cuda"):
+            self._torch.cuda.empty_cache()  # torch's allocator keeps freed blocks: give the module's back to the GPU

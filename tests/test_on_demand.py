@@ -10,6 +10,7 @@ import pytest
 
 from examples.build_models import build_add_sub_onnx
 from runtime.errors import Unavailable
+from runtime.models.memory_ledger import HOST
 from runtime.models.on_demand import OnDemandSettings
 from runtime.types import InferRequest, InferTensor
 from tests.conftest import ONNX_ADD_SUB_CONFIG
@@ -78,4 +79,64 @@ def test_nothing_evictable_is_refused_naming_the_budget(repository):
             with pytest.raises(Unavailable, match="memory budget of 15728640 bytes is held by models in use"):
                 await service.infer(_request("m1"))  # waited for room until the load deadline
             assert _loaded(service) == {"m0"}
+    asyncio.run(main())
+
+
+class _Gpu:
+    """GPU 0's used memory as NVML would read it: a base, a CUDA context that the first load creates and no unload
+    gives back, and ``per_model`` bytes for each loaded model (no GPU on the hosts these tests run on: the real
+    device is read in tests/e2e/test_gpu.py)."""
+
+    def __init__(self, service, per_model: int, context: int) -> None:
+        self.service, self.per_model, self.context, self.contexts = service, per_model, context, 0
+
+    def __call__(self) -> dict[int, int]:
+        loaded = len(_loaded(self.service))
+        if loaded:
+            self.contexts = self.context
+        return {0: 1000 * MIB + self.contexts + loaded * self.per_model}
+
+
+def test_a_gpu_budget_evicts_by_what_each_load_grew_the_gpu_and_counts_what_unloads_leave_behind(repository):
+    async def main():
+        settings = OnDemandSettings(gpu_memory_budget=300 * MIB)
+        async with core(repository, model_control="on_demand", on_demand=settings) as service:
+            loader = service.on_demand
+            loader.measure_gpus = _Gpu(service, per_model=100 * MIB, context=50 * MIB)
+            loader.ledger.observe_gpus(loader.measure_gpus())  # the baseline, before any load
+            for name in ("m0", "m1"):
+                await service.infer(_request(name))
+                await asyncio.sleep(0.06)
+            assert loader.ledger.held_by_model("gpu0") == {"m0": 150 * MIB, "m1": 100 * MIB}  # m0 made the context
+            await service.infer(_request("m2"))  # 350 MiB used past the baseline: m0, least recently used, makes way
+            assert _loaded(service) == {"m1", "m2"} and loader.counts.unloads["evicted"] == 1
+            assert loader.ledger.overhead["gpu0"] == 50 * MIB  # the context m0's unload left
+            assert loader.ledger.total("gpu0") == 250 * MIB <= settings.gpu_memory_budget
+            await asyncio.sleep(0.06)
+            assert loader.ledger.measured["m0"]["gpu0"] == 100 * MIB  # its unload gave back 100 of the 150
+            await service.infer(_request("m0"))  # room made before its load: m1 makes way
+            assert _loaded(service) == {"m2", "m0"} and loader.counts.unloads["evicted"] == 2
+            assert loader.ledger.total("gpu0") == 250 * MIB
+            assert loader.ledger.held(HOST) == loader.total()  # the host's books are kept beside the GPU's
+    asyncio.run(main())
+
+
+def test_gpu_memory_held_outside_the_models_is_refused_at_once_naming_the_budget(repository):
+    async def main():
+        settings = OnDemandSettings(gpu_memory_budget=120 * MIB, load_deadline=30)
+        async with core(repository, model_control="on_demand", on_demand=settings) as service:
+            loader = service.on_demand
+            loader.measure_gpus = gpu = _Gpu(service, per_model=100 * MIB, context=50 * MIB)
+            loader.ledger.observe_gpus(gpu())
+            await service.infer(_request("m0"))  # 150 MiB: over, but nothing else to unload
+            await asyncio.sleep(0.06)
+            await service.infer(_request("m1"))  # m0 (150 MiB) makes way; m1 then holds 100 of the 150 used
+            assert _loaded(service) == {"m1"}
+            await asyncio.sleep(0.06)
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(Unavailable, match=r"GPU 0 memory budget of 125829120 bytes has 73400320 bytes "
+                                                  r"left, the rest held outside the models"):
+                await service.infer(_request("m0"))  # 100 MiB (its unload gave back 100 of the 150 its load took)
+            assert _loaded(service) == {"m1"}  # not unloaded in vain: the context alone leaves 70 MiB
+            assert asyncio.get_running_loop().time() - started < 5  # refused at once, not at the load deadline
     asyncio.run(main())

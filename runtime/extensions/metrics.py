@@ -17,6 +17,7 @@ from prometheus_client.core import CollectorRegistry, Metric
 from runtime.devices import gpu_count
 from runtime.extensions.response_cache import ResponseCache
 from runtime.models.manager import ModelManager
+from runtime.models.memory_ledger import gpu_resource
 from runtime.models.model import ModelVersion
 from runtime.models.on_demand import OnDemandLoader
 
@@ -111,6 +112,18 @@ def _on_demand_metrics(loader: OnDemandLoader) -> Iterator[Metric]:
                   [({"model": name}, held) for name, held in sorted(loader.resident_by_model().items())])
     yield _metric("serverless_triton_memory_budget_bytes", "gauge", "The memory budget of models loaded on "
                   "demand (0: none)", [({}, loader.settings.memory_budget)])
+    gpus = [(gpu_resource(index), index) for index in loader.ledger.gpu_indices()]
+    if gpus:
+        yield _metric("serverless_triton_model_gpu_resident_bytes", "gauge", "GPU memory a model loaded on demand "
+                      "holds (measured as the GPU's used memory grew by its load)",
+                      [({"model": name, "gpu": str(index)}, held) for resource, index in gpus
+                       for name, held in sorted(loader.ledger.held_by_model(resource).items())])
+        yield _metric("serverless_triton_gpu_memory_overhead_bytes", "gauge", "GPU memory grown since start that "
+                      "no loaded model accounts for (CUDA contexts, framework caches); it counts against the budget",
+                      [({"gpu": str(index)}, loader.ledger.overhead.get(resource, 0)) for resource, index in gpus])
+        yield _metric("serverless_triton_gpu_memory_budget_bytes", "gauge", "The memory budget of models loaded on "
+                      "demand on each GPU (0: none)",
+                      [({"gpu": str(index)}, loader.settings.gpu_memory_budget) for _, index in gpus])
 
 
 def _latency_histograms(models: list[ModelVersion], triton_histograms: bool) -> Iterator[Metric]:

@@ -72,6 +72,11 @@ class InstanceGroupSpec:
         """Triton's instance names: ``<group name>_<index>``."""
         return [f"{self.name}_{index}" for index in range(self.count)]
 
+    def placed(self) -> list[tuple[str, int]]:
+        """(name, device id) of each instance: the group's instances take its GPUs in turn."""
+        return [(name, self.gpus[index % len(self.gpus)] if self.gpus else 0)
+                for index, name in enumerate(self.instance_names())]
+
 
 @dataclass(frozen=True)
 class VersionPolicy:

@@ -438,10 +438,5 @@ def _detail(reason: str) -> str:
 
 
 def _instances(spec: ModelSpec) -> list[tuple[str, str, int]]:
-    """(name, kind, device id) of every instance, group by group; a group's instances take its GPUs in turn."""
-    instances = []
-    for group in spec.instance_groups:
-        for index, name in enumerate(group.instance_names()):
-            device = group.gpus[index % len(group.gpus)] if group.gpus else 0
-            instances.append((name, group.kind, device))
-    return instances
+    """(name, kind, device id) of every instance, group by group."""
+    return [(name, group.kind, device) for group in spec.instance_groups for name, device in group.placed()]

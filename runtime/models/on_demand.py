@@ -1,14 +1,15 @@
 """Model control ``on_demand``: a model loads at its first call, stays warm while used, and makes way for others
-under a memory budget.
+under memory budgets (host memory, and each GPU's).
 
 The first inference to a model of the repository that is not loaded syncs it (object storage), loads it and is
 answered, all within ``load_deadline`` (else UNAVAILABLE); concurrent first calls share one load, and a model that
 failed to load answers with its reason until ``retry_after`` has passed. A model idle for ``keep_warm`` seconds is
 unloaded, unless it is always loaded or an ensemble that is loaded calls it. Before a load, the least recently
-used idle models are unloaded until the new one fits the budget, by its measured size when it was loaded before
-(the process tree's resident memory grown by its load) or its files' size otherwise; a model with requests in
-flight or queued is never unloaded: a load waits for one to become idle, and when none does by the load deadline
-the request gets UNAVAILABLE (HTTP 503) naming the budget.
+used idle models are unloaded until the new one fits each budget, by its measured size when it was loaded before
+(the process tree's resident memory, and each GPU's used memory, grown by its load) or an estimate from its files
+and placement otherwise (``memory_ledger.py`` keeps the accounts); a model with requests in flight or queued is
+never unloaded: a load waits for one to become idle, and when none does by the load deadline the request gets
+UNAVAILABLE (HTTP 503) naming the budget.
 """
 
 from __future__ import annotations
@@ -21,16 +22,20 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from runtime.devices import gpu_memory_used
 from runtime.errors import ServingError, Unavailable
 from runtime.models.manager import ModelManager
+from runtime.models.memory_ledger import HOST, MemoryLedger, describe, gpu_resource
 from runtime.scheduling.stats import LatencyHistogram
 
 logger = logging.getLogger(__name__)
 
 PYTHON_WORKER_BYTES = 64 << 20  # what a Python model's worker process adds before its own files (an estimate)
+CUDA_CONTEXT_BYTES = 512 << 20  # what a Python model's worker adds on its GPU, if it uses CUDA (an estimate)
 COLD_CALL_BUCKETS_MS = (10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 30000.0)
 ROOM_POLL_SECONDS = 0.02  # how often a load waiting for room looks again
 ROOM_WAIT_MARGIN_SECONDS = 0.1  # a load stops waiting for room this much before its deadline: its caller hears why
+RELEASE_SETTLE_POLLS = 25  # readings of the GPUs (ROOM_POLL_SECONDS apart) an unload waits for its memory to show free
 IDLE_GRACE_SECONDS = 0.05  # a model used this recently is not evicted: its request may be on its way to the queue
 
 
@@ -38,15 +43,10 @@ IDLE_GRACE_SECONDS = 0.05  # a model used this recently is not evicted: its requ
 class OnDemandSettings:
     keep_warm: float = 300.0  # seconds idle before a model is unloaded (0: never for idleness)
     memory_budget: int = 0  # bytes of host memory models may hold (0: no budget)
+    gpu_memory_budget: int = 0  # bytes of each GPU's memory models may hold, overhead included (0: no budget)
     always_loaded: tuple[str, ...] = ()  # loaded at start and never unloaded by this mode
     load_deadline: float = 120.0  # seconds a first call waits for its model's sync and load
     retry_after: float = 30.0  # seconds before a model that failed to load is tried again
-
-
-@dataclass
-class _Resident:
-    bytes: int
-    last_used: float
 
 
 @dataclass
@@ -75,13 +75,15 @@ class OnDemandLoader:
 
     def __init__(self, manager: ModelManager, settings: OnDemandSettings,
                  sync: Callable[[str], Awaitable[None]] | None = None,
-                 measure: Callable[[], int] = resident_bytes) -> None:
+                 measure: Callable[[], int] = resident_bytes,
+                 measure_gpus: Callable[[], dict[int, int]] = gpu_memory_used) -> None:
         self.manager = manager
         self.settings = settings
         self.sync = sync  # brings one model's files from object storage (None: a local repository)
-        self.measure = measure
-        self.resident: dict[str, _Resident] = {}  # models this mode loaded, by name
-        self.measured: dict[str, int] = {}  # what each model held when it was last loaded (kept across unloads)
+        self.measure = measure  # resident bytes of the server's process tree
+        self.measure_gpus = measure_gpus  # used bytes of each GPU, by CUDA device number
+        self.ledger = MemoryLedger(settings)  # models this mode loaded, what they hold, each GPU's overhead
+        self.ledger.observe_gpus(measure_gpus())  # the baseline: each GPU before this mode loads anything
         self.counts = OnDemandCounts()
         self._loads: dict[str, asyncio.Task] = {}
         self._failed: dict[str, tuple[float, ServingError]] = {}
@@ -91,9 +93,7 @@ class OnDemandLoader:
     # -- the request path ----------------------------------------------------------------------------------
     def touch(self, name: str) -> None:
         """A request for ``name`` arrived: it is in use now."""
-        held = self.resident.get(name)
-        if held is not None:
-            held.last_used = time.monotonic()
+        self.ledger.touch(name)
 
     def knows(self, name: str) -> bool:
         """A model of the repository, or of its object storage (listed at start, downloaded at first call)."""
@@ -136,9 +136,9 @@ class OnDemandLoader:
                 await self.sync(name)
                 for step in self.manager.ensemble_dependencies(name):
                     await self.sync(step)
-            needed = self.measured.get(name) or self._estimate(name)
+            needed = self.ledger.measured.get(name) or await self._estimate(name)
             await self._make_room(name, needed)
-            before = self.measure()
+            before, gpus_before = self.measure(), self.measure_gpus()
             entry = await self.manager.load_model(name)
             if not entry.ready_versions():
                 reason = entry.config_error or "; ".join(entry.version_errors.values()) or entry.reason
@@ -146,22 +146,31 @@ class OnDemandLoader:
                 self._failed[name] = (time.monotonic(), error)
                 raise error
             self._failed.pop(name, None)
-            grown = max(self.measure() - before, 0)
-            self.measured[name] = held = max(grown, self._file_bytes(name))
-            self.resident[name] = _Resident(held, time.monotonic())
+            held = {HOST: max(self.measure() - before, self._file_bytes(name))}
+            gpus_after = self.measure_gpus()
+            for index, used in gpus_after.items():
+                if used > gpus_before.get(index, used):
+                    held[gpu_resource(index)] = used - gpus_before[index]
+            self.ledger.record_load(name, held)
+            self.ledger.observe_gpus(gpus_after)
             self.counts.loads += 1
             await self._trim(name)  # it held more than estimated: others make way, not the model just called
-            logger.info("loaded model '%s' on demand (%.1f MiB resident, %.1f MiB of %s held by on-demand models)",
-                        name, held / 2**20, self.total() / 2**20,
-                        f"{self.settings.memory_budget / 2**20:.1f} MiB" if self.settings.memory_budget
-                        else "no budget")
+            logger.info("loaded model '%s' on demand (%s; on-demand models now hold %s)", name,
+                        ", ".join(f"{describe(r)} {amount / 2**20:.1f} MiB" for r, amount in held.items()),
+                        ", ".join(self._against_budget(r) for r in held))
 
     # -- memory -----------------------------------------------------------------------------------------------
     def total(self) -> int:
-        return sum(held.bytes for held in self.resident.values())
+        """Host memory the models loaded on demand hold."""
+        return self.ledger.total(HOST)
 
     def resident_by_model(self) -> dict[str, int]:
-        return {name: held.bytes for name, held in self.resident.items()}
+        return self.ledger.held_by_model(HOST)
+
+    def _against_budget(self, resource: str) -> str:
+        budget = self.ledger.budget(resource)
+        return (f"{self.ledger.total(resource) / 2**20:.1f} MiB of {describe(resource)}"
+                + (f" (budget {budget / 2**20:.1f} MiB)" if budget else ""))
 
     def _file_bytes(self, name: str) -> int:
         folder = self.manager.repository.model_dir(name)
@@ -172,31 +181,39 @@ class OnDemandLoader:
                     total += path.stat().st_size
         return total
 
-    def _estimate(self, name: str) -> int:
-        """A model never loaded: its files' size (and a worker process's for a Python model), or what the models
-        loaded so far held, the median of them, if that is more."""
+    async def _estimate(self, name: str) -> dict[str, int]:
+        """A model never loaded: its files' size (and a worker process's for a Python model) in host memory and on
+        each GPU its instances would take (a CUDA context per Python instance there), or what the models loaded so
+        far held there, the median of them, if that is more."""
         python = any(self.manager.repository.model_dir(name).glob("*/model.py"))
-        from_files = self._file_bytes(name) + (PYTHON_WORKER_BYTES if python else 0)
-        seen = sorted(self.measured.values())
-        return max(from_files, seen[len(seen) // 2] if seen else 0)
+        files = self._file_bytes(name)
+        estimate = {HOST: self._at_least_the_median(HOST, files + (PYTHON_WORKER_BYTES if python else 0))}
+        for index, instances in (await asyncio.to_thread(self.manager.repository.gpu_placement, name)).items():
+            resource = gpu_resource(index)
+            estimate[resource] = self._at_least_the_median(
+                resource, instances * (files + (CUDA_CONTEXT_BYTES if python else 0)))
+        return estimate
 
-    def _least_recently_used(self, but: str = "") -> str | None:
-        """The idle model used longest ago that may be unloaded (not ``but``), if any."""
+    def _at_least_the_median(self, resource: str, amount: int) -> int:
+        seen = sorted(held[resource] for held in self.ledger.measured.values() if held.get(resource))
+        return max(amount, seen[len(seen) // 2] if seen else 0)
+
+    def _least_recently_used(self, holding: list[str], but: str = "") -> str | None:
+        """The idle model used longest ago that may be unloaded (not ``but``) and holds some of ``holding``."""
         now = time.monotonic()
-        idle = [(held.last_used, name) for name, held in self.resident.items()
-                if name != but and self._evictable(name, now)]
+        idle = [(model.last_used, name) for name, model in self.ledger.resident.items()
+                if name != but and any(model.held.get(r) for r in holding) and self._evictable(name, now)]
         return min(idle)[1] if idle else None
 
     async def _trim(self, loaded: str) -> None:
-        budget = self.settings.memory_budget
-        while budget and self.total() > budget:
-            victim = self._least_recently_used(but=loaded)
+        while over := self.ledger.over():
+            victim = self._least_recently_used(over, but=loaded)
             if victim is None:
                 return  # over until the models in use finish: the next load waits for room
             await self.unload(victim, "evicted")
 
     def _evictable(self, name: str, now: float) -> bool:
-        held = self.resident.get(name)
+        held = self.ledger.resident.get(name)
         if held is None or name in self.settings.always_loaded or now - held.last_used < IDLE_GRACE_SECONDS:
             return False
         entry = self.manager.models.get(name)
@@ -206,34 +223,58 @@ class OnDemandLoader:
             return False
         return not self.manager.dependents(name)  # a loaded ensemble calls it
 
-    async def _make_room(self, name: str, needed: int) -> None:
-        budget = self.settings.memory_budget
-        if not budget:
-            return
-        if needed > budget:
-            raise Unavailable(f"model '{name}' needs about {needed} bytes, more than the memory budget of "
-                              f"{budget} bytes for models")
+    async def _make_room(self, name: str, needed: dict[str, int]) -> None:
+        ledger = self.ledger
+        alone = ledger.beyond_budget(needed)
+        if alone is not None:
+            raise Unavailable(f"model '{name}' needs about {needed[alone]} bytes, more than the {describe(alone)} "
+                              f"budget of {ledger.budget(alone)} bytes for models")
         give_up = time.monotonic() + max(0.0, self.settings.load_deadline - ROOM_WAIT_MARGIN_SECONDS)
-        while self.total() + needed > budget:
-            victim = self._least_recently_used()
+        while True:
+            ledger.observe_gpus(self.measure_gpus())
+            short = ledger.short(needed)
+            if not short:
+                return
+            for resource in short:  # no unload can make room: what holds it is not a model
+                budget, outside = ledger.budget(resource), ledger.overhead.get(resource, 0)
+                if outside + needed[resource] > budget:
+                    raise Unavailable(
+                        f"cannot load model '{name}' (about {needed[resource]} bytes): the {describe(resource)} "
+                        f"budget of {budget} bytes has {budget - outside} bytes left, the rest held outside the "
+                        "models")
+            victim = self._least_recently_used(short)
             if victim is not None:
                 await self.unload(victim, "evicted")
-            elif time.monotonic() < give_up:  # every resident model is in use: wait for one to finish its requests
-                await asyncio.sleep(ROOM_POLL_SECONDS)
-            else:
+                continue
+            resource = short[0]
+            budget, total = ledger.budget(resource), ledger.total(resource)
+            if time.monotonic() >= give_up:
                 raise Unavailable(
-                    f"cannot load model '{name}' (about {needed} bytes): the memory budget of {budget} bytes is "
-                    f"held by models in use ({self.total()} bytes)")
+                    f"cannot load model '{name}' (about {needed[resource]} bytes): the {describe(resource)} budget "
+                    f"of {budget} bytes is held by models in use ({total} bytes)")
+            await asyncio.sleep(ROOM_POLL_SECONDS)  # every model holding it is in use: wait for one to finish
 
     async def unload(self, name: str, reason: str) -> None:
-        self.resident.pop(name, None)
+        before = self.measure_gpus()
+        resident = self.ledger.resident.get(name)
+        held = resident.held if resident is not None else {}
+        self.ledger.record_unload(name)
         await self.manager.unload_model(name)
+        after = self.measure_gpus()
+        for _ in range(RELEASE_SETTLE_POLLS):  # a stopped worker's memory may take a moment to show as free
+            if all(before[i] - after.get(i, 0) >= held.get(gpu_resource(i), 0) for i in before):
+                break
+            await asyncio.sleep(ROOM_POLL_SECONDS)
+            after = self.measure_gpus()
+        self.ledger.record_release(name, {index: before[index] - used for index, used in after.items()
+                                          if index in before})
+        self.ledger.observe_gpus(after)  # what the unload did not give back is overhead
         self.counts.unloads[reason] += 1
         logger.info("unloaded model '%s' (%s)", name, "idle" if reason == "idle" else "evicted to make room")
 
     def forget(self, name: str) -> None:
         """An explicit unload took the model out: it no longer counts against the budget."""
-        self.resident.pop(name, None)
+        self.ledger.record_unload(name)
 
     # -- keep warm ----------------------------------------------------------------------------------------------
     async def load_always_loaded(self) -> None:
@@ -257,8 +298,8 @@ class OnDemandLoader:
         while True:
             await asyncio.sleep(min(1.0, self.settings.keep_warm / 4))
             now = time.monotonic()
-            for name, held in list(self.resident.items()):
-                if now - held.last_used >= self.settings.keep_warm and self._evictable(name, now):
+            for name, model in list(self.ledger.resident.items()):
+                if now - model.last_used >= self.settings.keep_warm and self._evictable(name, now):
                     async with self._one_at_a_time:
-                        if name in self.resident and self._evictable(name, time.monotonic()):
+                        if name in self.ledger.resident and self._evictable(name, time.monotonic()):
                             await self.unload(name, "idle")

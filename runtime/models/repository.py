@@ -90,6 +90,22 @@ class ModelRepository:
             config = self.completer(config, self.model_dir(name))
         return spec_from_config(config, name, self.gpu_count)
 
+    def gpu_placement(self, name: str) -> dict[int, int]:
+        """How many instances of a model would run on each GPU, from its config; empty without GPUs or when its
+        config cannot be read (its load will say why)."""
+        if not self.gpu_count:
+            return {}
+        try:
+            spec = self.read_spec(name)
+        except ModelLoadError:
+            return {}
+        placement: dict[int, int] = {}
+        for group in spec.instance_groups:
+            if group.kind != "KIND_CPU":
+                for _, device in group.placed():
+                    placement[device] = placement.get(device, 0) + 1
+        return placement
+
     def raw_config(self, name: str) -> ModelConfig:
         """The model's config as written (nothing completed or filled in); ModelLoadError if it cannot be read."""
         config_path = self.model_dir(name) / CONFIG_FILE
