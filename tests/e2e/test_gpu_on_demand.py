@@ -115,6 +115,7 @@ def _build(repository: Path) -> None:
 
     for name in TORCH_MODELS:
         write_model(repository, name, TORCH_CONFIG)
+        (repository / name / "1").mkdir()
         torch.jit.save(torch.jit.script(Weighted(float(name.removeprefix("torch")))),
                        str(repository / name / "1" / "model.pt"))
     for name in PYTHON_MODELS:
@@ -147,9 +148,12 @@ def test_on_demand_keeps_the_gpu_within_its_budget_under_skewed_traffic(tmp_path
                            "--gpu-memory-budget-bytes", str(budget), "--keep-warm-seconds", "0",
                            log=tmp_path / "server.log").start(timeout=300)
     try:
-        client = httpclient.InferenceServerClient(server.http_url, concurrency=4)
+        clients = threading.local()  # a tritonclient HTTP client is for one thread
 
         def call(name: str) -> float:
+            if not hasattr(clients, "client"):
+                clients.client = httpclient.InferenceServerClient(server.http_url)
+            client = clients.client
             values = np.arange(4, dtype=np.float32)
             tensor = httpclient.InferInput("INPUT__0", [4], "FP32")
             tensor.set_data_from_numpy(values)
