@@ -74,6 +74,11 @@ class ResourceExhausted(ServingError):
     status = Status.RESOURCE_EXHAUSTED
 
 
+class MemoryBudgetExhausted(ResourceExhausted):
+    """A model cannot be loaded within a memory budget (gRPC RESOURCE_EXHAUSTED; HTTP 503: a body was not too
+    large, the server is full for now)."""
+
+
 class AlreadyExists(ServingError):
     status = Status.ALREADY_EXISTS
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from examples.build_models import build_add_sub_onnx
-from runtime.errors import Unavailable
+from runtime.errors import MemoryBudgetExhausted
 from runtime.models.memory_ledger import HOST
 from runtime.models.on_demand import OnDemandSettings
 from runtime.types import InferRequest, InferTensor
@@ -76,7 +76,7 @@ def test_nothing_evictable_is_refused_naming_the_budget(repository):
             await service.infer(_request("m0"))
             settings.always_loaded = ("m0",)  # as if listed from the start: never evicted
             await asyncio.sleep(0.06)
-            with pytest.raises(Unavailable, match="memory budget of 15728640 bytes is held by models in use"):
+            with pytest.raises(MemoryBudgetExhausted, match="memory budget of 15728640 bytes is held by models in use"):
                 await service.infer(_request("m1"))  # waited for room until the load deadline
             assert _loaded(service) == {"m0"}
     asyncio.run(main())
@@ -134,8 +134,8 @@ def test_gpu_memory_held_outside_the_models_is_refused_at_once_naming_the_budget
             assert _loaded(service) == {"m1"}
             await asyncio.sleep(0.06)
             started = asyncio.get_running_loop().time()
-            with pytest.raises(Unavailable, match=r"GPU 0 memory budget of 125829120 bytes has 73400320 bytes "
-                                                  r"left, the rest held outside the models"):
+            with pytest.raises(MemoryBudgetExhausted, match=r"GPU 0 memory budget of 125829120 bytes has 73400320 "
+                                                            r"bytes left, the rest held outside the models"):
                 await service.infer(_request("m0"))  # 100 MiB (its unload gave back 100 of the 150 its load took)
             assert _loaded(service) == {"m1"}  # not unloaded in vain: the context alone leaves 70 MiB
             assert asyncio.get_running_loop().time() - started < 5  # refused at once, not at the load deadline

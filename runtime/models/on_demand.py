@@ -9,7 +9,7 @@ used idle models are unloaded until the new one fits each budget, by its measure
 (the process tree's resident memory, and each GPU's used memory, grown by its load) or an estimate from its files
 and placement otherwise (``memory_ledger.py`` keeps the accounts); a model with requests in flight or queued is
 never unloaded: a load waits for one to become idle, and when none does by the load deadline the request gets
-UNAVAILABLE (HTTP 503) naming the budget.
+RESOURCE_EXHAUSTED (HTTP 503) naming the budget.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from runtime.devices import gpu_memory_used
-from runtime.errors import ServingError, Unavailable
+from runtime.errors import MemoryBudgetExhausted, ServingError, Unavailable
 from runtime.models.manager import ModelManager
 from runtime.models.memory_ledger import HOST, MemoryLedger, describe, gpu_resource
 from runtime.scheduling.stats import LatencyHistogram
@@ -227,8 +227,8 @@ class OnDemandLoader:
         ledger = self.ledger
         alone = ledger.beyond_budget(needed)
         if alone is not None:
-            raise Unavailable(f"model '{name}' needs about {needed[alone]} bytes, more than the {describe(alone)} "
-                              f"budget of {ledger.budget(alone)} bytes for models")
+            raise MemoryBudgetExhausted(f"model '{name}' needs about {needed[alone]} bytes, more than the "
+                                        f"{describe(alone)} budget of {ledger.budget(alone)} bytes for models")
         give_up = time.monotonic() + max(0.0, self.settings.load_deadline - ROOM_WAIT_MARGIN_SECONDS)
         while True:
             ledger.observe_gpus(self.measure_gpus())
@@ -238,7 +238,7 @@ class OnDemandLoader:
             for resource in short:  # no unload can make room: what holds it is not a model
                 budget, outside = ledger.budget(resource), ledger.overhead.get(resource, 0)
                 if outside + needed[resource] > budget:
-                    raise Unavailable(
+                    raise MemoryBudgetExhausted(
                         f"cannot load model '{name}' (about {needed[resource]} bytes): the {describe(resource)} "
                         f"budget of {budget} bytes has {budget - outside} bytes left, the rest held outside the "
                         "models")
@@ -249,7 +249,7 @@ class OnDemandLoader:
             resource = short[0]
             budget, total = ledger.budget(resource), ledger.total(resource)
             if time.monotonic() >= give_up:
-                raise Unavailable(
+                raise MemoryBudgetExhausted(
                     f"cannot load model '{name}' (about {needed[resource]} bytes): the {describe(resource)} budget "
                     f"of {budget} bytes is held by models in use ({total} bytes)")
             await asyncio.sleep(ROOM_POLL_SECONDS)  # every model holding it is in use: wait for one to finish

@@ -6,6 +6,7 @@ models that are called."""
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -129,6 +131,23 @@ def test_a_model_that_fails_to_load_says_why_until_retried(tmp_path):
         assert not client.is_model_ready("onnx0")
         client.load_model("onnx0")
         assert client.is_model_ready("onnx0")
+
+
+def test_a_model_larger_than_the_budget_is_refused_over_both_protocols_naming_it(tmp_path):
+    repository = _repository(tmp_path / "models", onnx=1, python=0)
+    with ServerProcess(repository, "--model-control-mode", "on_demand", "--memory-budget-bytes", "100") as process:
+        body = {"inputs": [{"name": n, "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}
+                           for n in ("INPUT0", "INPUT1")]}
+        answer = httpx.post(f"http://{process.http_url}/v2/models/onnx0/infer", json=body)
+        assert answer.status_code == 503
+        assert re.fullmatch(r"model 'onnx0' needs about \d+ bytes, more than the host memory budget of 100 bytes "
+                            r"for models", answer.json()["error"])
+        with pytest.raises(InferenceServerException, match="host memory budget of 100 bytes") as refused:
+            inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+            grpcclient.InferenceServerClient(process.grpc_url).infer("onnx0", inputs)
+        assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
 
 
 def test_object_storage_downloads_only_what_is_called(s3, moto_endpoint, bucket, tmp_path):
