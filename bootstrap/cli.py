@@ -144,6 +144,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         strict_readiness=settings.strict_readiness,
         cache_size_bytes=settings.response_cache_bytes,
         frontend_processes=settings.frontend_processes,
+        batch_scheduled_helpers=settings.batch_scheduled_helpers,
         auto_complete_config=settings.auto_complete_config,
         shutdown_timeout=settings.shutdown_timeout_seconds,
         trace=trace_settings(settings),

@@ -27,6 +27,7 @@ from runtime.models.repository import ConfigCompleter, ModelRepository
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
+from runtime.thread_policy import batch_helpers, batch_new_helpers
 
 if TYPE_CHECKING:
     from runtime.frontends.pool import FrontEndPool
@@ -68,6 +69,7 @@ class ServerOptions:
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
     cache_size_bytes: int = 0  # the response cache's budget (0: no cache)
     frontend_processes: int = 0  # >0: that many processes serve HTTP and gRPC, this one the models (frontends/)
+    batch_scheduled_helpers: bool = True  # every thread but the loop's, and the workers, under SCHED_BATCH
     # From the composition root (bootstrap), so that runtime never imports a backend: the backends' registry, and
     # the auto-complete that fills in configs (Triton's), used unless auto_complete_config is off.
     handlers: HandlerRegistry | None = None
@@ -132,7 +134,10 @@ class Server:
         listening = asyncio.Event()
         # Models load while the listeners start: a Python model's worker starts on another core meanwhile, and
         # nothing is served before the listeners are up anyway.
+        batching = batch_helpers() if options.batch_scheduled_helpers else None  # before any worker starts
         background = [asyncio.create_task(self._initial_load(stop, listening, after_load))]
+        if batching is not None:
+            background.append(batching)
         try:
             if options.frontend_processes > 0:
                 adapters = self._frontend_pool()
@@ -145,6 +150,7 @@ class Server:
                 listeners.append(HttpServer(metrics, endpoints.host, options.metrics_port, endpoints.http_limits))
             for listener in listeners:
                 await listener.start()
+            batch_new_helpers()  # the listeners' threads, started just now
         except OSError as exc:
             logger.error("%s", exc)
             self.exit_code = EXIT_FAILED
@@ -174,7 +180,8 @@ class Server:
 
         options = self.options
         settings = FrontEndSettings(index=0, adapters=options.adapters, shutdown_timeout=options.shutdown_timeout,
-                                    log_level=logging.getLogger().getEffectiveLevel())
+                                    log_level=logging.getLogger().getEffectiveLevel(),
+                                    batch_scheduled_helpers=options.batch_scheduled_helpers)
         return FrontEndPool(self.service, options.frontend_processes, settings)
 
     async def _shutdown(self, listeners: list[HttpServer], adapters: ProtocolAdapters | FrontEndPool | None,

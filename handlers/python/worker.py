@@ -40,6 +40,7 @@ from handlers.python.transport import Arena, PeerMemory, TensorRef, send_pickled
 from runtime.allocator import tune_allocator
 from runtime.datatypes import datatype_of
 from runtime.errors import ModelLoadError, Status
+from runtime.thread_policy import run_as_batch
 
 _PARENT_CHECK_SECONDS = 0.5
 
@@ -324,6 +325,8 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
 def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> None:
     """The worker process: load the model, then execute what the server sends until told to finalize."""
     os.setsid()
+    if spec.batch_scheduled:
+        run_as_batch()  # waking it to execute never preempts the server's event loop
     tune_allocator()  # outputs are built in fresh buffers too
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True, name="parent-watch").start()
     host = WorkerHost(connection, spec, parent_pid)

@@ -18,6 +18,7 @@ from runtime.adapters import ProtocolAdapters
 from runtime.frontends.pool import HEARTBEAT_INTERVAL, FrontEndSettings
 from runtime.frontends.remote import RemoteService
 from runtime.frontends.wire import receive_blocking
+from runtime.thread_policy import batch_helpers
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,11 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
         return 1
     service.started(None)
     heartbeat = asyncio.create_task(service.beat(HEARTBEAT_INTERVAL))
+    batching = batch_helpers() if settings.batch_scheduled_helpers else None
     await asyncio.wait([asyncio.create_task(stop.wait()), *adapters.tasks], return_when=asyncio.FIRST_COMPLETED)
     heartbeat.cancel()
+    if batching is not None:
+        batching.cancel()
     service.begin_shutdown()
     await asyncio.gather(*adapters.stops(settings.shutdown_timeout), return_exceptions=True)
     await service.close()

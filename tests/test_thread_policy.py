@@ -1,0 +1,87 @@
+"""runtime/thread_policy.py: every thread but the loop's goes under SCHED_BATCH, those started later too."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from runtime import thread_policy
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux's scheduling policies")
+
+
+def _policy(thread: int = 0) -> int:
+    return os.sched_getscheduler(thread)
+
+
+def test_every_thread_but_the_loops_is_batched_and_later_ones_join():
+    async def main() -> None:
+        started = threading.Event()
+        finish = threading.Event()
+        seen: dict[str, int] = {}
+
+        def helper(name: str) -> None:
+            seen[name] = threading.get_native_id()
+            started.set()
+            finish.wait()
+
+        early, late = threading.Thread(target=helper, args=("early",)), None
+        early.start()
+        started.wait()
+        task = thread_policy.batch_helpers(interval=0.05)
+        assert task is not None and thread_policy.helpers_batched()
+        try:
+            assert _policy(seen["early"]) == os.SCHED_BATCH
+            assert _policy() == os.SCHED_OTHER  # the loop's own thread keeps the default
+            started.clear()
+            late = threading.Thread(target=helper, args=("late",))  # started by the loop's thread: the default
+            late.start()
+            started.wait()
+            assert _policy(seen["late"]) == os.SCHED_OTHER
+            await asyncio.sleep(0.2)  # a rescan
+            assert _policy(seen["late"]) == os.SCHED_BATCH
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.sleep(0)  # its done callbacks
+            assert not thread_policy.helpers_batched()  # the rescans ended: nothing more is batched
+            finish.set()
+            early.join()
+            if late is not None:
+                late.join()
+
+    failures: list[BaseException] = []
+
+    def run() -> None:  # its own thread: pytest's keeps its policy
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - raised in the test below
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failures:
+        raise failures[0]
+
+
+def test_a_thread_can_batch_itself_and_what_it_starts_inherits_it():
+    policies: list[int] = []
+
+    def child() -> None:
+        policies.append(_policy())
+
+    def parent() -> None:
+        assert thread_policy.run_as_batch()
+        policies.append(_policy())
+        inner = threading.Thread(target=child)
+        inner.start()
+        inner.join()
+
+    thread = threading.Thread(target=parent)
+    thread.start()
+    thread.join()
+    assert policies == [os.SCHED_BATCH, os.SCHED_BATCH]
