@@ -19,6 +19,18 @@ ROOT = Path(__file__).resolve().parent.parent
 _HANDED_OUT: set[int] = set()
 
 
+def cuda_available() -> bool:
+    """A CUDA build of torch that sees a GPU: what the GPU tests (``-m gpu``) need, else they skip."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+GPU_TESTS = "needs an NVIDIA GPU with CUDA"
+
+
 def free_port() -> int:
     """A loopback port nothing listens on, never one this process handed out before: the kernel may offer the same
     ephemeral port to two calls in a row (Triton then refused to start, its gRPC and metrics ports the same)."""

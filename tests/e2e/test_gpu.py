@@ -18,18 +18,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from examples.build_models import EXAMPLE_REPOSITORY, TORCH_BIAS, TORCH_WEIGHT, build_add_sub_onnx, build_example_models
-from tests.support import ServerProcess, add_sub_config, write_model
+from tests.support import GPU_TESTS, ServerProcess, add_sub_config, cuda_available, write_model
 
-
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="needs an NVIDIA GPU with CUDA")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason=GPU_TESTS)]
 
 GUIDE_MODEL = '''
 import json

@@ -23,18 +23,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.support import ServerProcess, write_model
+from tests.support import GPU_TESTS, ServerProcess, cuda_available, write_model
 
-
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="needs an NVIDIA GPU with CUDA")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason=GPU_TESTS)]
 
 MIB = 1 << 20
 WEIGHT_MIB = 128
