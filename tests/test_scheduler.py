@@ -14,8 +14,9 @@ import pytest
 from handlers.base import HandlerContext, ModelHandler, TensorHandler
 from runtime.errors import Unavailable
 from runtime.models.config import parse_model_config
-from runtime.scheduling import scheduler as scheduler_module
-from runtime.scheduling.scheduler import INLINE_INPUT_BYTES, INLINE_SECONDS, QueuedRequest, Scheduler, batch_signature
+from runtime.scheduling import run_placement
+from runtime.scheduling.run_placement import INLINE_INPUT_BYTES, INLINE_SECONDS
+from runtime.scheduling.scheduler import QueuedRequest, Scheduler, batch_signature
 from runtime.scheduling.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor
 
@@ -202,7 +203,7 @@ def noise_clear_limit(monkeypatch):
     """The limit under which a run counts as cheap, raised to 5 ms: the test runs take microseconds, but their first
     timing in a fresh worker thread measured 0.2-1.6 ms in about one case in five on the 2-core CI VM (scheduling,
     not the run), which kept a cheap model in threads."""
-    monkeypatch.setattr(scheduler_module, "INLINE_SECONDS", 5e-3)
+    monkeypatch.setattr(run_placement, "INLINE_SECONDS", 5e-3)
     return 5e-3
 
 

@@ -6,10 +6,7 @@ shapes) up to ``max_batch_size``; it waits for more only when the measured arriv
 fill the batch sooner than one execution takes, and never past ``max_queue_delay_microseconds``.
 Tensor models get one concatenated batch; Python-backend models get the list of requests.
 
-A batch runs in a worker thread, except where handing it over costs more than running it: a CPU tensor model
-whose executions measure under ``INLINE_SECONDS``, on inputs of at most ``INLINE_INPUT_BYTES``, runs on the event
-loop itself (a thread's round trip costs a few tens of µs of CPU and two wake-ups per batch; a tiny ONNX model runs
-in about 15 µs).
+A batch runs in a worker thread, except where handing it over costs more than running it (``run_placement.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +25,7 @@ from runtime.scheduling.batch_run import run_concatenated, trace_compute
 from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.request_parameters import queue_timeout, requested_priority
+from runtime.scheduling.run_placement import Placement, RunPlacement
 from runtime.scheduling.stats import ModelStatistics
 from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest
@@ -40,8 +38,6 @@ _EWMA = 0.2
 # to come back before they fail with the instances' reasons.
 ALL_DOWN_GRACE_SECONDS = 5.0
 _DOWN_POLL_SECONDS = 0.05
-INLINE_SECONDS = 100e-6  # a measured execution shorter than this runs on the loop (inputs permitting)
-INLINE_INPUT_BYTES = 64 * 1024
 
 
 @dataclass(eq=False)  # identity: queue removal must never compare request tensors
@@ -107,7 +103,7 @@ class Scheduler:
         self.mean_request_batch = 1.0
         self.last_arrival = 0.0
         self.exec_seconds: float | None = None  # EWMA of one execution
-        self._run_seconds: float | None = None  # EWMA of one execution's own run (no hand-off), tensor models
+        self.placement = RunPlacement()  # tensor models: each batch on the loop or in a worker thread
         self._instances = instances
         self._running: dict[ModelHandler, float] = {}  # instance -> when its current execution began (monotonic)
         self._waits = waits if waits is not None else WaitGraph()
@@ -361,9 +357,10 @@ class Scheduler:
             started = instance.start_execute([item.request for item in batch])
             if started is not None:
                 return self._checked(await started.results(), len(batch))
-        if self._runs_inline(instance, batch):
-            return self._execute(instance, batch)
-        running = loop.run_in_executor(self.executor, self._execute, instance, batch)
+        placement = self._place(instance, batch)
+        if placement is not Placement.THREAD:
+            return self._execute(instance, batch, placement)
+        running = loop.run_in_executor(self.executor, self._execute, instance, batch, placement)
         if instance.bounds_own_executions:
             return await running
         timer = deadline_wheel().call_later(instance.execute_timeout,
@@ -383,13 +380,11 @@ class Scheduler:
             if not item.future.done():
                 item.future.set_result(error)
 
-    def _runs_inline(self, instance: ModelHandler, batch: list[QueuedRequest]) -> bool:
-        """Whether this batch runs on the loop: a CPU model measured to run in under INLINE_SECONDS, small inputs."""
-        if (not isinstance(instance, TensorHandler) or instance.device != "cpu" or self._run_seconds is None
-                or self._run_seconds >= INLINE_SECONDS):
-            return False
-        size = sum(getattr(t.data, "nbytes", 0) for item in batch for t in item.request.inputs)
-        return size <= INLINE_INPUT_BYTES
+    def _place(self, instance: ModelHandler, batch: list[QueuedRequest]) -> Placement:
+        """Where this batch runs: a CPU tensor model's may run on the loop (``run_placement.py``)."""
+        if not isinstance(instance, TensorHandler) or instance.device != "cpu" or self.placement.run_seconds is None:
+            return Placement.THREAD
+        return self.placement.place(sum(getattr(t.data, "nbytes", 0) for item in batch for t in item.request.inputs))
 
     def _checked(self, results: list[RequestResult], count: int) -> list[RequestResult]:
         if len(results) != count:
@@ -397,8 +392,9 @@ class Scheduler:
             return [error] * count
         return results
 
-    def _execute(self, instance: ModelHandler, batch: list[QueuedRequest]) -> list[RequestResult]:
-        """One execution for the whole batch (in a worker thread, or on the loop: see _runs_inline)."""
+    def _execute(self, instance: ModelHandler, batch: list[QueuedRequest],
+                 placement: Placement = Placement.THREAD) -> list[RequestResult]:
+        """One execution for the whole batch (in a worker thread, or on the loop: see ``_place``)."""
         requests = [item.request for item in batch]
         instance.timing = ExecutionTiming()
         started = time.perf_counter()
@@ -406,7 +402,5 @@ class Scheduler:
             results = instance.execute(requests)
         else:
             results = run_concatenated(instance, batch)
-        seconds = time.perf_counter() - started
-        previous = self._run_seconds
-        self._run_seconds = seconds if previous is None else (1 - _EWMA) * previous + _EWMA * seconds
+        self.placement.record(time.perf_counter() - started, placement)
         return self._checked(results, len(requests))
