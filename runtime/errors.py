@@ -20,6 +20,7 @@ class Status(enum.Enum):
     INTERNAL = "INTERNAL"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    MEMORY_BUDGET_EXHAUSTED = "MEMORY_BUDGET_EXHAUSTED"  # ours: no room to load a model (gRPC: RESOURCE_EXHAUSTED)
     ALREADY_EXISTS = "ALREADY_EXISTS"
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     CANCELLED = "CANCELLED"
@@ -74,9 +75,10 @@ class ResourceExhausted(ServingError):
     status = Status.RESOURCE_EXHAUSTED
 
 
-class MemoryBudgetExhausted(ResourceExhausted):
-    """A model cannot be loaded within a memory budget (gRPC RESOURCE_EXHAUSTED; HTTP 503: a body was not too
-    large, the server is full for now)."""
+class MemoryBudgetExhausted(ServingError):
+    """A model cannot be loaded within a memory budget: the server is full for now (not a request too large)."""
+
+    status = Status.MEMORY_BUDGET_EXHAUSTED
 
 
 class AlreadyExists(ServingError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from runtime.errors import MemoryBudgetExhausted, ServingError, Status
+from runtime.errors import ServingError, Status
 from runtime.http.body import BodyTimeout
 
 HTTP_STATUS = {
@@ -15,6 +15,7 @@ HTTP_STATUS = {
     Status.INTERNAL: 500,
     Status.UNAUTHENTICATED: 401,
     Status.RESOURCE_EXHAUSTED: 413,
+    Status.MEMORY_BUDGET_EXHAUSTED: 503,
     Status.ALREADY_EXISTS: 400,  # as Triton 2.51's HTTP endpoint answers it
     Status.DEADLINE_EXCEEDED: 504,
     Status.CANCELLED: 499,
@@ -22,11 +23,8 @@ HTTP_STATUS = {
 
 
 def error_status(error: ServingError) -> int:
-    """The HTTP status of a serving error (408 for a body that did not arrive in time, 503 for a memory budget
-    that has no room)."""
-    if isinstance(error, BodyTimeout):
-        return 408
-    return 503 if isinstance(error, MemoryBudgetExhausted) else HTTP_STATUS.get(error.status, 500)
+    """The HTTP status of a serving error (408 for a body that did not arrive in time)."""
+    return 408 if isinstance(error, BodyTimeout) else HTTP_STATUS.get(error.status, 500)
 
 
 def error_body(message: str) -> bytes:

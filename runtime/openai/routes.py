@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runtime.api import InferenceApi
-from runtime.errors import MemoryBudgetExhausted, NotFound, ServingError, Status
+from runtime.errors import NotFound, ServingError, Status
 from runtime.http.body import read_body
 from runtime.http.codec import parse_json
 from runtime.http.status import error_status
@@ -60,9 +60,7 @@ class UnknownModel(NotFound):
 
 def openai_error(error: ServingError) -> JSONResponse:
     """OpenAI's error object, with the status the error carries."""
-    full = isinstance(error, MemoryBudgetExhausted)  # the server's state, not the request's
-    kind = "server_error" if full else _ERROR_TYPES.get(error.status, "server_error")
-    body = {"message": error.message, "type": kind,
+    body = {"message": error.message, "type": _ERROR_TYPES.get(error.status, "server_error"),
             "param": error.param if isinstance(error, FieldError) else None,
             "code": "model_not_found" if isinstance(error, UnknownModel) else None}
     return JSONResponse({"error": body}, status_code=error_status(error))
