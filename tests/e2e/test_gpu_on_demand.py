@@ -38,13 +38,7 @@ TORCH_CONFIG = """
     output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
     instance_group [ { kind: KIND_GPU count: 1 } ]
 """
-PYTHON_CONFIG = """
-    backend: "python"
-    max_batch_size: 0
-    input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-    output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-    instance_group [ { kind: KIND_GPU count: 1 } ]
-"""
+PYTHON_CONFIG = TORCH_CONFIG.replace('platform: "pytorch_libtorch"', 'backend: "python"')
 PYTHON_MODEL = f'''
 import numpy as np
 import torch
