@@ -8,25 +8,34 @@
 # shared-memory extension must share /dev/shm with the server (docker run --ipc=host, or a shared emptyDir).
 ARG FLAVOR=cpu
 
-# -- the wheel, built from the source tree (what the image installs: no source checkout in the image) ------------
-FROM python:3.11-slim-bookworm AS wheel
-WORKDIR /src
-COPY pyproject.toml README.md triton_python_backend_utils.py ./
-COPY runtime runtime
-COPY handlers handlers
-COPY bootstrap bootstrap
-RUN python -m pip wheel --no-cache-dir --no-deps -w /wheels .
-
-# -- bases: Python for CPU hosts; CUDA + cuDNN runtime for GPU hosts ------------------------------------------------
+# -- bases: Python for CPU hosts; CUDA + cuDNN runtime for GPU hosts; each with libgrpc++ for the native gRPC edge --
 FROM python:3.11-slim-bookworm AS base-cpu
+RUN apt-get update && apt-get install -y --no-install-recommends 'libgrpc++1.51' \
+    && rm -rf /var/lib/apt/lists/*
 ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 FROM nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04 AS base-gpu
-RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv 'libgrpc++1.51t64' \
     && rm -rf /var/lib/apt/lists/*
 ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
+
+# -- the wheel, built from the source tree on the image's own base (its Python, its libgrpc++: the native gRPC
+# edge, runtime/grpc/native_edge.cc, is compiled here); the image installs the wheel, no source checkout ----------
+FROM base-${FLAVOR} AS wheel
+ARG FLAVOR
+# the GPU base's Python is Debian's (headers apart); the CPU base's has its own
+RUN apt-get update && apt-get install -y --no-install-recommends g++ pkg-config 'libgrpc++-dev' \
+        $(if [ "${FLAVOR}" = gpu ]; then echo python3-dev; fi) \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml setup.py README.md triton_python_backend_utils.py ./
+COPY runtime runtime
+COPY handlers handlers
+COPY bootstrap bootstrap
+RUN python3 -m venv /build && /build/bin/python -m pip wheel --no-cache-dir --no-deps -w /wheels . \
+    && /build/bin/python -m zipfile -l /wheels/serverless_triton-*.whl | grep -q _native_edge
 
 # -- the image -----------------------------------------------------------------------------------------------------
 FROM base-${FLAVOR}

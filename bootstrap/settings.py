@@ -229,19 +229,26 @@ class FunctionSettings:
                 "before it stops being read")
     streams_max_bytes: int = setting(1 << 30, key="server.streams_max_bytes", check=positive_int,
                                      meaning="the same, for every stream of a serving process together")
+    grpc_native_edge: bool = setting(
+        True, key="server.grpc_native_edge", check=boolean,
+        meaning="serve gRPC on the native edge (grpc++'s callback server, its calls handed to the event loop in "
+                "batches; built at install where libgrpc++ is found); `false`, or where it is not built: grpcio's "
+                "thread-pool server (`server.grpc_infer_threads`)",
+        flags=[Flag("--grpc-native-edge", "serve gRPC on grpc++'s callback server (default true; false: grpcio)",
+                    true_or_false, choices=("true", "false"))])
     grpc_infer_threads: int = setting(
         256, key="server.grpc_infer_threads", check=count_or_zero,
-        meaning="gRPC ModelInfer calls answered at once, each in a thread of grpcio's thread-pool server (threads "
-                "start as calls need them; more calls wait their turn in grpcio, before the model's queue and its "
-                "queue policy see them); `0`: serve gRPC with grpc.aio instead (one hand-off less for a lone call, "
-                "smaller batches under load, no thread per call)",
+        meaning="where gRPC is served by grpcio (`server.grpc_native_edge` false or not built): ModelInfer calls "
+                "answered at once, each in a thread of grpcio's thread-pool server (threads start as calls need "
+                "them; more calls wait their turn in grpcio, before the model's queue and its queue policy see "
+                "them); `0`: serve gRPC with grpc.aio instead (no thread per call)",
         flags=[Flag("--grpc-infer-threads", "gRPC ModelInfer calls answered at once (0: grpc.aio server)", int,
                     metavar="N")])
     grpc_max_streams: int = setting(
         1024, key="server.grpc_max_streams", check=positive_int,
-        meaning="gRPC ModelStreamInfer streams open at once (each holds two threads); more are refused with "
-                "RESOURCE_EXHAUSTED (grpc.aio: unbounded)",
-        flags=[Flag("--grpc-max-streams", "gRPC streams open at once (thread-pool server)", int, metavar="N")])
+        meaning="gRPC ModelStreamInfer streams open at once (on grpcio's thread-pool server each holds two "
+                "threads); more are refused with RESOURCE_EXHAUSTED (grpc.aio: unbounded)",
+        flags=[Flag("--grpc-max-streams", "gRPC streams open at once (not on grpc.aio)", int, metavar="N")])
     trace_config: tuple[str, ...] = setting(
         (), key="server.trace_config", check=text_list("Triton's --trace-config values"), shown="tracing off",
         meaning="tracing, as Triton's `--trace-config` values (a list; the flag adds to it): `rate=N`, "

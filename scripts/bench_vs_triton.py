@@ -14,9 +14,9 @@ compression, are what an HTTP run measures).  Printed as ours / Triton ratios, f
   Triton has only the Python backend, so its row is against Triton's ``add_sub_batch``.
 
 Besides the ratios it prints the concurrency-1 p50 latency of ours minus Triton's, against a 0.1 ms target, and
-the gRPC stack's own floor measured in the same run: ``scripts.benchmark``'s grpc.aio echo server (ModelInfer
-answered with its inputs, no model, no checks) under the same load for add_sub_batch, pinned like the servers,
-beside Triton's rate and CPU per request.
+the gRPC stacks' own floors measured in the same run: ``scripts.benchmark``'s echo servers on the native edge and
+on grpcio's thread-pool server (ModelInfer answered with its inputs, no model, no checks) under the same load for
+add_sub_batch, pinned like the servers, beside Triton's rate and CPU per request.
 
 Each point is the better of two rounds (``--rounds``), the servers taking turns, as in ../shared/bench-vs-triton.
 
@@ -215,17 +215,17 @@ def start_ours(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int, 
     return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log), http, grpc_port
 
 
-FLOORS = {"floor": "grpc.aio echo", "floor-threads": "grpcio thread-pool echo"}
+FLOORS = {"floor": "grpc.aio echo", "floor-threads": "grpcio thread-pool echo", "floor-native": "native edge echo"}
+FLOOR_STACKS = {"floor": "aio", "floor-threads": "threads", "floor-native": "native"}
 
 
-def start_grpc_floor(threads: bool = False) -> tuple[subprocess.Popen, None, int]:
-    """The gRPC stack's own cost, pinned like the servers: ``scripts.benchmark``'s echo server (grpc.aio, or
-    ``threads``: grpcio's thread-pool server, the stack ours runs on by default), which answers ModelInfer with its
-    inputs (no model, no checks), started and answering ServerLive."""
+def start_grpc_floor(stack: str = "native") -> tuple[subprocess.Popen, None, int]:
+    """The gRPC stack's own cost, pinned like the servers: ``scripts.benchmark``'s echo server on ``stack`` (the
+    native edge, the one ours runs on by default; grpcio's thread-pool server; grpc.aio), which answers ModelInfer
+    with its inputs (no model, no checks), started and answering ServerLive."""
     port = free_port()
-    command = [*pinned(0), sys.executable, "-m", "scripts.benchmark", "--echo-server", str(port)]
-    process = subprocess.Popen(command + (["--echo-threads"] if threads else []), cwd=ROOT,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [*pinned(0), sys.executable, "-m", "scripts.benchmark", "--echo-server", str(port), "--echo-stack", stack]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_grpc_live(port, process)
     except TimeoutError:
@@ -419,7 +419,7 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
     try:
         for server in [server for _ in range(rounds) for server in servers]:
             if server in FLOORS:
-                process, http_port, grpc_port = start_grpc_floor(threads=server == "floor-threads")
+                process, http_port, grpc_port = start_grpc_floor(FLOOR_STACKS[server])
             else:
                 repository = workdir / f"repo-{server}"
                 if not repository.exists():
@@ -533,9 +533,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
-    parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor", "floor-threads"],
-                        choices=["triton", "ours", *FLOORS], help="floor, floor-threads: the grpc.aio and thread-pool "
-                        "echo servers (gRPC only)")
+    parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor-native", "floor-threads"],
+                        choices=["triton", "ours", *FLOORS], help="floor-native, floor-threads, floor: the native "
+                        "edge, grpcio thread-pool and grpc.aio echo servers (gRPC only)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per server, taking turns; the better counts")
     args = parser.parse_args()
     rows = side_by_side(args.requests, tuple(args.concurrency), tuple(args.protocols), tuple(args.servers),

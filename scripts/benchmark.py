@@ -50,6 +50,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -389,9 +390,10 @@ class EchoServer:
         self.process.wait(10)
 
 
-def serve_echo(port: int, threads: bool = False) -> None:
-    """The echo server on grpc.aio (uvloop), or, ``threads``, on grpcio's thread-pool server (as many threads as
-    ours has for ModelInfer): the floor of each of the two stacks the server can run on."""
+def serve_echo(port: int, stack: str = "aio") -> None:
+    """The echo server on grpc.aio (uvloop), grpcio's thread-pool server (``threads``: as many threads as ours has
+    for ModelInfer) or the native edge (``native``: runtime/grpc/_native_edge, events taken on a uvloop loop): the
+    floor of each stack the server can run on."""
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -405,7 +407,10 @@ def serve_echo(port: int, threads: bool = False) -> None:
             response.raw_output_contents.append(raw)
         return response
 
-    if threads:
+    if stack == "native":
+        serve_native_echo(port, live, infer)
+        return
+    if stack == "threads":
         from concurrent.futures import ThreadPoolExecutor
 
         class ThreadEcho(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -441,6 +446,33 @@ def serve_echo(port: int, threads: bool = False) -> None:
         uvloop.run(run())
     except ImportError:
         asyncio.run(run())
+
+
+def serve_native_echo(port: int, live: Callable, infer: Callable) -> None:
+    """The echo on the native edge: each batch of calls taken, decoded, answered in place on the loop."""
+    import importlib
+
+    from tritonclient.grpc import service_pb2
+
+    native = importlib.import_module("runtime.grpc._native_edge")
+    answers = {"/inference.GRPCInferenceService/ModelInfer": (service_pb2.ModelInferRequest, infer),
+               "/inference.GRPCInferenceService/ServerLive": (service_pb2.ServerLiveRequest, live)}
+
+    async def run() -> None:
+        edge = native.Edge(f"127.0.0.1:{port}", [])
+
+        def take() -> None:
+            for call, kind, payload in edge.take():
+                if kind == native.START:
+                    request_type, answer = answers[call.method]
+                    call.finish(0, "", answer(request_type.FromString(payload), None).SerializeToString())
+
+        asyncio.get_running_loop().add_reader(edge.fileno(), take)
+        await asyncio.Event().wait()
+
+    import uvloop
+
+    uvloop.run(run())
 
 
 MLSERVER_MODEL = '''
@@ -725,10 +757,10 @@ def main() -> None:
     parser.add_argument("--skip-frontends", action="store_true", help="do not measure front-end processes")
     parser.add_argument("--output", type=Path, default=ROOT / "bench_results.json")
     parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    parser.add_argument("--echo-threads", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--echo-stack", choices=["aio", "threads", "native"], default="aio", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
-        serve_echo(args.echo_server, args.echo_threads)
+        serve_echo(args.echo_server, args.echo_stack)
         return
     results = asyncio.run(main_async(args))
     args.output.write_text(json.dumps(asdict(results), indent=2))

@@ -5,8 +5,8 @@
 Serves, one at a time on CPU 0, with h2load on CPU 1 and 128 requests in flight (gRPC: 16 connections x 8
 streams; HTTP/1.1: 128 connections):
 
-- the floors: the benchmark's grpc.aio echo server (scripts/benchmark.py --echo-server), and a bare ASGI app that
-  answers the body back under our own HTTP listener (granian, embedded as the server embeds it);
+- the floors: the benchmark's echo server on the native gRPC edge (scripts/benchmark.py --echo-server), and a
+  bare ASGI app that answers the body back under our own HTTP listener (granian, embedded as the server embeds it);
 - our server with bench_vs_triton's models: ``add_sub_onnx`` and ``add_sub_batch`` (the tiny Python model).
 
 For each it prints requests/s, the server's CPU per request split into its main (event-loop) thread, its other
@@ -125,7 +125,8 @@ def main() -> None:
         repository = build_repository(folder / "repo", "ours")
         infer = "/inference.GRPCInferenceService/ModelInfer"
         port = free_port()
-        profile("grpc.aio echo (floor)", "grpc", [python, "-m", "scripts.benchmark", "--echo-server", str(port)],
+        profile("native edge echo (floor)", "grpc", [python, "-m", "scripts.benchmark", "--echo-server", str(port),
+                                                     "--echo-stack", "native"],
                 port, infer, request_files(folder)["grpc"], only=only)
         port = free_port()
         profile("granian ASGI echo (floor)", "http", [python, "-m", "scripts.profile_floors", "--http-echo",

@@ -18,5 +18,6 @@ class GrpcLimits:
     stream_max_in_flight: int = 64  # ModelStreamInfer: requests running or answered-but-unsent per stream
     stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES  # ModelStreamInfer: bytes of requests and unsent answers held
     streams_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES  # ... per stream, and by every stream of the process together
+    native_edge: bool = True  # grpc++'s callback server (runtime/grpc/native.py) where it is built; else grpcio
     infer_threads: int = 256  # ModelInfer calls answered at once by the thread-pool server (0: grpc.aio instead)
-    max_streams: int = 1024  # ModelStreamInfer streams open at once (thread-pool server); more: RESOURCE_EXHAUSTED
+    max_streams: int = 1024  # ModelStreamInfer streams open at once (not on grpc.aio); more: RESOURCE_EXHAUSTED

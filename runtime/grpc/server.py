@@ -1,8 +1,9 @@
-"""The gRPC server (grpcio's thread-pool server over the loop, or grpc.aio): message-size limits, token auth and
-restricted API groups."""
+"""The gRPC server (the native edge, grpcio's thread-pool server over the loop, or grpc.aio): message-size limits,
+token auth and restricted API groups."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ from runtime.auth import TokenAuth
 from runtime.errors import Unauthenticated
 from runtime.grpc.call_context import CallEnded
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
+from runtime.grpc.native import NATIVE_EDGE_BUILT, NativeGrpcServer
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
 from runtime.grpc.threaded import ThreadedGrpcServer, serialize_response
 from runtime.protocol import service_pb2
@@ -69,6 +71,7 @@ GROUP_BY_METHOD = {
     "TraceSetting": "trace", "LogSettings": "logging",
 }
 RESTRICTED_METADATA_PREFIX = "triton-grpc-protocol-"
+logger = logging.getLogger(__name__)
 
 
 class CallRefusalInterceptor(grpc.aio.ServerInterceptor):
@@ -112,9 +115,10 @@ def create_grpc_server(
     limits: GrpcLimits | None = None,
     reuse_port: bool = False,
     restrictions: RestrictedApis | None = None,
-) -> grpc.aio.Server | ThreadedGrpcServer:
-    """A bound (not yet started) server serving GRPCInferenceService on ``address``: grpcio's thread-pool server
-    over the running loop (``runtime/grpc/threaded.py``), or grpc.aio when ``limits.infer_threads`` is 0;
+) -> grpc.aio.Server | ThreadedGrpcServer | NativeGrpcServer:
+    """A bound (not yet started) server serving GRPCInferenceService on ``address``: the native edge
+    (``runtime/grpc/native.py``) when ``limits.native_edge`` and it is built, else grpcio's thread-pool server over
+    the running loop (``runtime/grpc/threaded.py``), or grpc.aio when ``limits.infer_threads`` is 0;
     ``reuse_port``: one of several processes serving the port (SO_REUSEPORT), as front-end processes do;
     ``restrictions``: API groups refused without their metadata (``--grpc-restricted-protocol``)."""
     limits = limits or GrpcLimits()
@@ -127,10 +131,15 @@ def create_grpc_server(
         ("grpc.keepalive_timeout_ms", int(limits.ping_interval * 1000)),
     ]
     servicer = create_servicer(service, limits)
-    server: grpc.aio.Server | ThreadedGrpcServer
-    if limits.infer_threads:
-        server = ThreadedGrpcServer(servicer, options, limits.infer_threads, limits.max_streams,
-                                    lambda method, metadata: call_refusal(auth, restrictions, method, metadata))
+    server: grpc.aio.Server | ThreadedGrpcServer | NativeGrpcServer
+    check_call = lambda method, metadata: call_refusal(auth, restrictions, method, metadata)  # noqa: E731
+    if limits.native_edge and not NATIVE_EDGE_BUILT:
+        logger.warning("the native gRPC edge is not built (libgrpc++ was not found when the package was installed):"
+                       " gRPC is served by grpcio")
+    if limits.native_edge and NATIVE_EDGE_BUILT:
+        server = NativeGrpcServer(servicer, options, limits.max_streams, check_call)
+    elif limits.infer_threads:
+        server = ThreadedGrpcServer(servicer, options, limits.infer_threads, limits.max_streams, check_call)
     else:
         interceptors = [CallRefusalInterceptor(auth, restrictions)] if auth or restrictions else []
         server = grpc.aio.server(interceptors=interceptors, options=options)

@@ -28,7 +28,11 @@ def executions(marker: Path) -> int:
     return len(marker.read_text()) if marker.exists() else 0
 
 
-@pytest.fixture(scope="module", params=["grpc-threads", "grpc-aio"])
+GRPC_FRONT_ENDS = {"grpc-native": [], "grpc-threads": ["--grpc-native-edge", "false"],
+                   "grpc-aio": ["--grpc-native-edge", "false", "--grpc-infer-threads", "0"]}
+
+
+@pytest.fixture(scope="module", params=list(GRPC_FRONT_ENDS))
 def auth_server(request, tmp_path_factory, marker):
     repository = tmp_path_factory.mktemp("auth-repo") / "models"
     write_model(repository, "marker_python", IDENTITY_PYTHON_CONFIG, {"1/model.py": python_model_source(
@@ -36,8 +40,7 @@ def auth_server(request, tmp_path_factory, marker):
         "return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', "
         "pb_utils.get_input_tensor_by_name(r, 'IN').as_numpy())]) for r in requests]"
     )})
-    front_end = ["--grpc-infer-threads", "0"] if request.param == "grpc-aio" else []
-    process = ServerProcess(repository, *front_end, env={"FUNCTION_AUTH_TOKEN": TOKEN}).start()
+    process = ServerProcess(repository, *GRPC_FRONT_ENDS[request.param], env={"FUNCTION_AUTH_TOKEN": TOKEN}).start()
     yield process
     assert process.stop() == 0
 

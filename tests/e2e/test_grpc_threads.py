@@ -1,6 +1,6 @@
-"""The gRPC front ends: grpcio's thread-pool server (the default; runtime/grpc/threaded.py) and grpc.aio
-(``--grpc-infer-threads 0``): probes beside busy inference threads, the stream bound, a client that gives up,
-SIGTERM's drain."""
+"""The gRPC front ends: the native edge (the default; runtime/grpc/native.py), grpcio's thread-pool server
+(``--grpc-native-edge false``; runtime/grpc/threaded.py) and grpc.aio (and ``--grpc-infer-threads 0``): probes beside
+busy inference, the stream bound, a client that gives up, SIGTERM's drain."""
 
 from __future__ import annotations
 
@@ -44,10 +44,14 @@ def repository(tmp_path_factory) -> Path:
     return repository
 
 
-@pytest.fixture(scope="module", params=["threads", "aio"])
+FRONT_ENDS = {"native": [], "threads": ["--grpc-native-edge", "false"],
+              "aio": ["--grpc-native-edge", "false", "--grpc-infer-threads", "0"]}
+
+
+@pytest.fixture(scope="module", params=list(FRONT_ENDS))
 def server(request, repository):
-    threads = ["--grpc-infer-threads", "1"] if request.param == "threads" else ["--grpc-infer-threads", "0"]
-    with ServerProcess(repository, *threads, "--grpc-max-streams", "2") as process:
+    threads = ["--grpc-infer-threads", "1"] if request.param == "threads" else []
+    with ServerProcess(repository, *FRONT_ENDS[request.param], *threads, "--grpc-max-streams", "2") as process:
         yield process
 
 
@@ -61,9 +65,9 @@ def _infer(url: str, seconds: float, request_id: str = "", timeout: float | None
         client.close()
 
 
-def test_probes_answer_while_inference_holds_its_threads(server):
-    """``--grpc-infer-threads 1``: one ModelInfer runs, the next waits for it; health, readiness and metadata do
-    not wait behind either."""
+def test_probes_answer_while_inference_runs(server):
+    """Health, readiness and metadata do not wait behind running inference (on the thread-pool server with
+    ``--grpc-infer-threads 1``: one ModelInfer runs and the next waits for it)."""
     finished: queue.Queue = queue.Queue()
     calls = [threading.Thread(target=lambda: finished.put(("slow", _infer(server.grpc_url, 1.5)))),
              threading.Thread(target=lambda: finished.put(("quick", _infer(server.grpc_url, 0.0))))]
@@ -146,12 +150,12 @@ def _answer_into(outcome: queue.Queue, url: str, seconds: float) -> None:
         outcome.put(exc)
 
 
-@pytest.mark.parametrize("front_end", ["threads", "aio"])
+@pytest.mark.parametrize("front_end", list(FRONT_ENDS))
 def test_sigterm_lets_a_grpc_call_finish_and_cuts_off_one_past_the_drain(tmp_path, repository, front_end):
     """The drain holds on either front end: a call shorter than the shutdown timeout gets its answer and the server
     exits 0; one longer is cut off at the timeout (its coroutine cancelled, no pool thread left waiting), and the
     server exits within the bound."""
-    threads = ["--grpc-infer-threads", "0"] if front_end == "aio" else []
+    threads = FRONT_ENDS[front_end]
     for seconds, timeout, expected in ((1.0, "10", 0), (3600.0, "2", EXIT_CUT_OFF)):
         process = ServerProcess(repository, *threads, "--shutdown-timeout", timeout,
                                 log=tmp_path / f"server-{front_end}-{timeout}.log").start()

@@ -1,0 +1,220 @@
+"""GRPCInferenceService on the native edge: grpc++'s callback server (``native_edge.cc``) carries HTTP/2 and gRPC's
+framing in its own threads; the serving loop takes every call's events in one batch per wake-up and runs the same
+servicer as the other front ends.
+
+A unary call arrives as one event with its request (one task on the loop, answered with ``finish``). A stream's
+first event brings its first request; the servicer asks for each next one (``read``), so a stream is read only as
+fast as the servicer takes requests, and each response is written once the one before has gone (``write``, then a
+WRITE_DONE event), so a client that does not read holds the servicer back, as on grpc.aio. Deadlines, cancellation
+and a client that leaves arrive as CANCEL events, which cancel the call's coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from runtime.grpc.call_context import CallEnded, ServicerCallContext
+from runtime.grpc.service import InferenceServicer, details, tolerant_deserializer
+from runtime.protocol import service_pb2
+
+logger = logging.getLogger(__name__)
+
+# Not built where libgrpc++ was not found when the package was installed. Loaded only by a server that uses it:
+# libgrpc++ beside grpcio's own core in one process slows grpcio's shutdown.
+NATIVE_EDGE_BUILT = importlib.util.find_spec("runtime.grpc._native_edge") is not None
+_OK = grpc.StatusCode.OK.value[0]
+_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
+_UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
+_UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+_RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+
+
+class _Method:
+    """One method of the service as the edge dispatches it."""
+
+    __slots__ = ("name", "handler", "deserialize", "streaming")
+
+    def __init__(self, name: str, handler: Callable, deserialize: Callable[[bytes], Any], streaming: bool) -> None:
+        self.name = name
+        self.handler = handler
+        self.deserialize = deserialize
+        self.streaming = streaming
+
+
+class NativeGrpcServer:
+    """The native edge serving ``servicer`` on the running loop: ``add_insecure_port``, ``start`` and
+    ``stop(grace)`` as a grpc.aio server's."""
+
+    def __init__(self, servicer: InferenceServicer, options: list[tuple[str, Any]], max_streams: int,
+                 check_call: Callable[[str, Any], CallEnded | None]) -> None:
+        if not NATIVE_EDGE_BUILT:
+            raise RuntimeError("the native gRPC edge is not built (libgrpc++ was not found at install)")
+        self.native = importlib.import_module("runtime.grpc._native_edge")
+        self.loop = asyncio.get_running_loop()
+        self.options = [(name, int(value)) for name, value in options]
+        self.max_streams = max_streams
+        self.check_call = check_call
+        descriptor = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+        self.methods = {
+            f"/{descriptor.full_name}/{method.name}": _Method(
+                method.name, getattr(servicer, method.name),
+                tolerant_deserializer(getattr(service_pb2, method.input_type.name)), method.client_streaming)
+            for method in descriptor.methods}
+        self.edge: Any = None
+        self._unary: dict[int, asyncio.Task] = {}  # call id -> its task, while it runs
+        self._streams: dict[int, NativeStream] = {}
+
+    def add_insecure_port(self, address: str) -> int:
+        """Bind ``address`` and start taking calls (they wait in the edge until :meth:`start`); 0: not bound."""
+        self.edge = self.native.Edge(address, self.options)
+        return self.edge.port
+
+    async def start(self) -> None:
+        self.loop.add_reader(self.edge.fileno(), self._take_events)
+
+    async def stop(self, grace: float | None) -> None:
+        """Stop taking calls, let those running finish for ``grace`` seconds, then cancel the rest."""
+        await asyncio.to_thread(self.edge.shutdown, 0.0 if grace is None else grace)
+        self._take_events()  # the cancellations of calls cut off
+        self.loop.remove_reader(self.edge.fileno())
+        for task in [*self._unary.values(), *(stream.task for stream in self._streams.values())]:
+            if task is not None:
+                task.cancel()
+
+    def _take_events(self) -> None:
+        start, cancel, read = self.native.START, self.native.CANCEL, self.native.READ
+        for call, kind, payload in self.edge.take():
+            if kind == start:
+                self._start(call, payload)
+            elif kind == cancel:
+                task = self._unary.get(call.id)
+                if task is not None:
+                    task.cancel()
+                else:
+                    stream = self._streams.get(call.id)
+                    if stream is not None:
+                        stream.cancel()
+            else:
+                stream = self._streams.get(call.id)
+                if stream is not None:
+                    if kind == read:
+                        stream.read_done(payload)
+                    else:
+                        stream.write_done(payload)
+
+    def _start(self, call: Any, payload: bytes | None) -> None:
+        method = self.methods.get(call.method)
+        if method is None:
+            call.finish(_UNIMPLEMENTED, "Method not found!", None)
+            return
+        metadata = call.metadata
+        refusal = self.check_call(method.name, metadata)
+        if refusal is not None:
+            call.finish(refusal.code.value[0], details(refusal.message), None)
+            return
+        context = ServicerCallContext(metadata)
+        if method.streaming:
+            self._start_stream(call, payload, method, context)
+            return
+        if payload is None:
+            call.finish(_INTERNAL, "the call sent no request message", None)
+            return
+        task = self.loop.create_task(method.handler(method.deserialize(payload), context))
+        self._unary[call.id] = task
+        task.add_done_callback(lambda done: self._unary_done(call, done))
+
+    def _unary_done(self, call: Any, task: asyncio.Task) -> None:
+        self._unary.pop(call.id, None)
+        if task.cancelled():
+            call.finish(_CANCELLED, "the call was cancelled", None)
+            return
+        error = task.exception()
+        if error is None:
+            call.finish(_OK, "", task.result().SerializeToString())
+        else:
+            call.finish(*_status_of(error), None)
+
+    def _start_stream(self, call: Any, payload: bytes | None, method: _Method, context: ServicerCallContext) -> None:
+        if len(self._streams) >= self.max_streams:
+            call.finish(_RESOURCE_EXHAUSTED, f"{self.max_streams} streams are open: no more are taken", None)
+            return
+        stream = NativeStream(self.loop, call, payload, method.deserialize)
+        self._streams[call.id] = stream
+        stream.task = self.loop.create_task(stream.serve(method.handler, context))
+        stream.task.add_done_callback(lambda _: self._streams.pop(call.id, None))
+
+
+class NativeStream:
+    """A ModelStreamInfer call on the edge: its requests as an async iterator (each read when the servicer asks
+    for it), its responses written one at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, call: Any, first: bytes | None,
+                 deserialize: Callable[[bytes], Any]) -> None:
+        self.loop = loop
+        self.call = call
+        self.deserialize = deserialize
+        self.task: asyncio.Task | None = None
+        self._first: bytes | None = first
+        self._first_taken = False
+        self._reading: asyncio.Future | None = None
+        self._writing: asyncio.Future | None = None
+
+    def __aiter__(self) -> NativeStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self._first_taken:
+            self._first_taken = True
+            payload = self._first
+            self._first = None
+        else:
+            self._reading = self.loop.create_future()
+            payload = await self._reading if self.call.read() else None
+        if payload is None:
+            raise StopAsyncIteration
+        return self.deserialize(payload)
+
+    def read_done(self, payload: bytes | None) -> None:
+        if self._reading is not None and not self._reading.done():
+            self._reading.set_result(payload)
+
+    def write_done(self, ok: bool) -> None:
+        if self._writing is not None and not self._writing.done():
+            self._writing.set_result(ok)
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def serve(self, handler: Callable, context: ServicerCallContext) -> None:
+        """Run the servicer over the stream and end the call with its outcome."""
+        responses = handler(self, context)
+        try:
+            async for response in responses:
+                self._writing = self.loop.create_future()
+                if not self.call.write(response.SerializeToString()) or not await self._writing:
+                    return  # the call ended (client gone, deadline): grpc has its status
+            self.call.finish(_OK, "", None)
+        except asyncio.CancelledError:
+            self.call.finish(_CANCELLED, "the call was cancelled", None)
+            raise
+        except Exception as error:  # noqa: BLE001 - the call ends with its status
+            self.call.finish(*_status_of(error), None)
+        finally:
+            await responses.aclose()
+
+
+def _status_of(error: BaseException) -> tuple[int, str]:
+    """A failed call's status: an abort's own, or UNKNOWN as grpcio gives an exception it did not expect."""
+    if isinstance(error, CallEnded):
+        return error.code.value[0], details(error.message)
+    logger.error("unexpected error in a gRPC call", exc_info=error)
+    return _UNKNOWN, details(f"Exception calling application: {error}")

@@ -1,0 +1,315 @@
+// The native gRPC edge: grpc++'s callback server carries HTTP/2 and gRPC's framing in its own threads and hands
+// every call's events (a call's first message, a stream's next one, a write done, a cancellation) to Python in
+// batches, through one eventfd that the event loop watches. Python answers with read/write/finish on the call.
+//
+// Why: grpcio builds Python objects for every completion-queue event and runs each call in a pool thread; this
+// edge touches Python once per batch of events, on the loop thread (docs/benchmarks.md, "A native gRPC edge").
+// No grpc++ thread ever takes the GIL: Python's side of a call is reached only through take().
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+enum EventKind { kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3 };
+
+class EdgeReactor;
+
+// One call as both sides see it; outlives the reactor (Python may hold it after grpc is done with the call).
+struct CallState {
+  uint64_t id = 0;
+  std::string method;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  std::recursive_mutex mu;
+  EdgeReactor* reactor = nullptr;  // null once grpc is done with the call
+  bool finishing = false;
+  bool started = false;  // the first read completed (grpc threads only: one read at a time)
+  grpc::ByteBuffer read_buffer;
+  grpc::ByteBuffer write_buffer;
+};
+
+struct Event {
+  std::shared_ptr<CallState> call;
+  int kind;
+  bool ok;
+  grpc::ByteBuffer payload;
+};
+
+class Edge;
+
+class EdgeReactor : public grpc::ServerGenericBidiReactor {
+ public:
+  EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context, uint64_t id);
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  Edge* edge_;
+  std::shared_ptr<CallState> state_;
+};
+
+class EdgeService : public grpc::CallbackGenericService {
+ public:
+  explicit EdgeService(Edge* edge) : edge_(edge) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
+
+ private:
+  Edge* edge_;
+};
+
+class Edge {
+ public:
+  Edge(const std::string& address, const std::vector<std::pair<std::string, int>>& arguments)
+      : service_(this) {
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterCallbackGenericService(&service_);
+    for (const auto& [name, value] : arguments) {
+      if (name == "grpc.max_receive_message_length") {
+        builder.SetMaxReceiveMessageSize(value);
+      } else if (name == "grpc.max_send_message_length") {
+        builder.SetMaxSendMessageSize(value);
+      } else {
+        builder.AddChannelArgument(name, value);
+      }
+    }
+    server_ = builder.BuildAndStart();
+    if (!server_) port_ = 0;
+  }
+
+  ~Edge() {
+    if (server_) {
+      server_->Shutdown(std::chrono::system_clock::now());
+      server_->Wait();
+    }
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+
+  int port() const { return port_; }
+  int fileno() const { return wake_fd_; }
+  uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Any thread: queue an event, and wake the loop unless a wake-up is already on its way.
+  void Push(Event&& event) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.push_back(std::move(event));
+      wake = !signaled_;
+      signaled_ = true;
+    }
+    if (wake) {
+      uint64_t one = 1;
+      ssize_t written = write(wake_fd_, &one, sizeof one);
+      (void)written;
+    }
+  }
+
+  // The loop thread (GIL held): every event queued since the last take.
+  std::vector<Event> TakeEvents() {
+    uint64_t count;
+    ssize_t got = read(wake_fd_, &count, sizeof count);
+    (void)got;
+    std::vector<Event> events;
+    std::lock_guard<std::mutex> lock(mu_);
+    events.swap(pending_);
+    signaled_ = false;
+    return events;
+  }
+
+  // Stop taking calls; those running get ``grace`` seconds, then are cancelled (GIL released by the binding).
+  void Shutdown(double grace) {
+    if (!server_) return;
+    auto deadline = std::chrono::system_clock::now() +
+                    std::chrono::microseconds(static_cast<int64_t>(grace * 1e6));
+    server_->Shutdown(deadline);
+    server_->Wait();
+  }
+
+ private:
+  EdgeService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  int wake_fd_ = -1;
+  std::atomic<uint64_t> next_id_{1};
+  std::mutex mu_;
+  std::vector<Event> pending_;
+  bool signaled_ = false;
+};
+
+EdgeReactor::EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context, uint64_t id)
+    : edge_(edge), state_(std::make_shared<CallState>()) {
+  state_->id = id;
+  state_->method = context->method();
+  const auto& metadata = context->client_metadata();
+  state_->metadata.reserve(metadata.size());
+  for (const auto& [key, value] : metadata) {
+    state_->metadata.emplace_back(std::string(key.data(), key.size()), std::string(value.data(), value.size()));
+  }
+  state_->reactor = this;
+  StartRead(&state_->read_buffer);
+}
+
+void EdgeReactor::OnReadDone(bool ok) {
+  Event event{state_, state_->started ? kRead : kStart, ok, {}};
+  state_->started = true;
+  if (ok) event.payload.Swap(&state_->read_buffer);
+  edge_->Push(std::move(event));
+}
+
+void EdgeReactor::OnWriteDone(bool ok) { edge_->Push(Event{state_, kWriteDone, ok, {}}); }
+
+void EdgeReactor::OnCancel() { edge_->Push(Event{state_, kCancel, false, {}}); }
+
+void EdgeReactor::OnDone() {
+  {
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
+    state_->reactor = nullptr;
+  }
+  delete this;
+}
+
+grpc::ServerGenericBidiReactor* EdgeService::CreateReactor(grpc::GenericCallbackServerContext* context) {
+  return new EdgeReactor(edge_, context, edge_->NextId());
+}
+
+py::object ToBytes(grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return py::none();
+  size_t total = 0;
+  for (const auto& slice : slices) total += slice.size();
+  PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
+  if (bytes == nullptr) throw py::error_already_set();
+  char* out = PyBytes_AS_STRING(bytes);
+  for (const auto& slice : slices) {
+    std::memcpy(out, slice.begin(), slice.size());
+    out += slice.size();
+  }
+  return py::reinterpret_steal<py::object>(bytes);
+}
+
+grpc::ByteBuffer FromBytes(const py::bytes& message) {
+  char* data;
+  Py_ssize_t size;
+  PyBytes_AsStringAndSize(message.ptr(), &data, &size);
+  grpc::Slice slice(data, static_cast<size_t>(size));  // copied: grpc may send it after Python lets go
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Python's handle on a call: what grpc told of it, and the three things Python may do with it.
+class Call {
+ public:
+  explicit Call(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
+
+  uint64_t id() const { return state_->id; }
+  py::str method() const { return py::str(state_->method); }
+
+  // (key, value) pairs as grpcio gives them: ``-bin`` values as bytes, the others as str.
+  py::tuple metadata() const {
+    const auto& pairs = state_->metadata;
+    py::tuple out(pairs.size());
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const auto& [key, value] = pairs[i];
+      bool binary = key.size() > 4 && key.compare(key.size() - 4, 4, "-bin") == 0;
+      py::object decoded = binary ? py::object(py::bytes(value))
+                                  : py::reinterpret_steal<py::object>(
+                                        PyUnicode_DecodeLatin1(value.data(), value.size(), nullptr));
+      out[i] = py::make_tuple(py::str(key), decoded);
+    }
+    return out;
+  }
+
+  // Ask for the stream's next message (a kRead event brings it, or None at its end).
+  bool read() {
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
+    if (state_->reactor == nullptr || state_->finishing) return false;
+    state_->reactor->StartRead(&state_->read_buffer);
+    return true;
+  }
+
+  // Send one message (a kWriteDone event says it went); one write at a time.
+  bool write(const py::bytes& message) {
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
+    if (state_->reactor == nullptr || state_->finishing) return false;
+    state_->write_buffer = FromBytes(message);
+    state_->reactor->StartWrite(&state_->write_buffer);
+    return true;
+  }
+
+  // End the call with this status, sending ``message`` first unless it is None.
+  bool finish(int code, const std::string& details, const py::object& message) {
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
+    if (state_->reactor == nullptr || state_->finishing) return false;
+    state_->finishing = true;
+    grpc::Status status(static_cast<grpc::StatusCode>(code), details);
+    if (message.is_none()) {
+      state_->reactor->Finish(status);
+    } else {
+      state_->write_buffer = FromBytes(message.cast<py::bytes>());
+      state_->reactor->StartWriteAndFinish(&state_->write_buffer, grpc::WriteOptions(), status);
+    }
+    return true;
+  }
+
+ private:
+  std::shared_ptr<CallState> state_;
+};
+
+py::list Take(Edge& edge) {
+  std::vector<Event> events = edge.TakeEvents();
+  py::list out(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    Event& event = events[i];
+    py::object payload;
+    if (event.kind == kStart || event.kind == kRead) {
+      payload = event.ok ? ToBytes(event.payload) : py::none();
+    } else {
+      payload = py::bool_(event.ok);
+    }
+    out[i] = py::make_tuple(Call(std::move(event.call)), event.kind, std::move(payload));
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native_edge, module) {
+  module.doc() = "grpc++'s callback server, its calls handed to Python in batches (runtime/grpc/native.py)";
+  module.attr("START") = static_cast<int>(kStart);
+  module.attr("READ") = static_cast<int>(kRead);
+  module.attr("WRITE_DONE") = static_cast<int>(kWriteDone);
+  module.attr("CANCEL") = static_cast<int>(kCancel);
+  module.attr("GRPC_VERSION") = grpc::Version();
+  py::class_<Call>(module, "Call")
+      .def_property_readonly("id", &Call::id)
+      .def_property_readonly("method", &Call::method)
+      .def_property_readonly("metadata", &Call::metadata)
+      .def("read", &Call::read)
+      .def("write", &Call::write)
+      .def("finish", &Call::finish);
+  py::class_<Edge>(module, "Edge")
+      .def(py::init<const std::string&, const std::vector<std::pair<std::string, int>>&>(),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("port", &Edge::port)
+      .def("fileno", &Edge::fileno)
+      .def("take", &Take)
+      .def("shutdown", &Edge::Shutdown, py::call_guard<py::gil_scoped_release>());
+}

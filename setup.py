@@ -1,0 +1,49 @@
+"""The native gRPC edge (``runtime/grpc/native_edge.cc``), built against the system's libgrpc++ where pkg-config
+finds it (Debian and Ubuntu: ``libgrpc++-dev``). Without it the package installs all the same, and gRPC is served
+by grpcio (the server logs that it is). Everything else about the package is in pyproject.toml."""
+
+from __future__ import annotations
+
+import subprocess
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def grpcpp_flags() -> list[str] | None:
+    """The compiler and linker flags for libgrpc++ (None: not installed)."""
+    try:
+        found = subprocess.run(["pkg-config", "--cflags", "--libs", "grpc++"], capture_output=True, text=True,
+                               check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return found.stdout.split()
+
+
+class OptionalBuildExt(build_ext):
+    """A failed build of the edge leaves the package pure Python (served by grpcio) instead of failing the install."""
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            import pybind11
+
+            ext.include_dirs.append(pybind11.get_include())
+            super().build_extension(ext)
+        except Exception as error:  # noqa: BLE001 - any compiler or header failure: install without the edge
+            print(f"warning: the native gRPC edge was not built ({error}); gRPC will be served by grpcio")
+
+
+def extensions() -> list[Extension]:
+    flags = grpcpp_flags()
+    if flags is None:
+        print("warning: libgrpc++ not found (pkg-config grpc++): the native gRPC edge is not built")
+        return []
+    return [Extension(
+        "runtime.grpc._native_edge", ["runtime/grpc/native_edge.cc"], language="c++",
+        extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
+                            *[flag for flag in flags if flag.startswith(("-I", "-D"))]],
+        extra_link_args=[flag for flag in flags if not flag.startswith(("-I", "-D"))],
+    )]
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,198 @@
+"""runtime/grpc/native.py: the native edge's dispatch, each case through grpcio's client against a servicer whose
+behavior the test sets (the servicer over the real core is the e2e suites' business, which run on this edge)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import grpc
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from runtime.grpc.call_context import CallEnded
+from runtime.grpc.native import NATIVE_EDGE_BUILT, NativeGrpcServer
+from runtime.grpc.service import InferenceServicer
+
+if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
+    raise RuntimeError("the native gRPC edge is not built (runtime/grpc/_native_edge): see scripts/setup.sh")
+pytestmark = pytest.mark.skipif(not NATIVE_EDGE_BUILT, reason="the native gRPC edge is not built (no libgrpc++)")
+
+
+class ScriptedServicer(InferenceServicer):
+    """ModelInfer echoes its id, or does what the id says; ModelStreamInfer answers each request as it reads it."""
+
+    def __init__(self) -> None:
+        super().__init__(None)  # type: ignore[arg-type] - the core is not reached
+        self.cancelled = threading.Event()
+        self.metadata: tuple = ()
+        self.reads: list[str] = []
+
+    async def ModelInfer(self, request, context):
+        self.metadata = context.invocation_metadata()
+        if request.id == "abort":
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no such model")
+        if request.id == "raise":
+            raise ValueError("broken")
+        if request.id == "sleep":
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                self.cancelled.set()
+        if request.id.startswith("wait "):
+            await asyncio.sleep(float(request.id.split()[1]))
+        return service_pb2.ModelInferResponse(id=request.id, model_name=request.model_name)
+
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator, context) -> AsyncIterator:
+        async for request in request_iterator:
+            self.reads.append(request.id)
+            yield service_pb2.ModelStreamInferResponse(infer_response=service_pb2.ModelInferResponse(id=request.id))
+
+
+def _refuse_without_token(method: str, metadata) -> CallEnded | None:
+    if ("authorization", "Bearer right") not in metadata and method != "ServerLive":
+        return CallEnded(grpc.StatusCode.UNAUTHENTICATED, "no token")
+    return None
+
+
+@pytest.fixture
+def served():
+    """(servicer, server, loop, a stub on a channel to it); the server stopped with no grace at the end."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    servicer = ScriptedServicer()
+
+    async def start() -> NativeGrpcServer:
+        server = NativeGrpcServer(servicer, [("grpc.max_receive_message_length", 1 << 20)], 2,
+                                  _refuse_without_token)
+        server.port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        yield servicer, server, loop, service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    finally:
+        channel.close()
+        asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+TOKEN = (("authorization", "Bearer right"),)
+
+
+def test_a_call_is_answered_with_its_metadata_seen_as_grpcio_hands_it_over(served):
+    servicer, _, _, stub = served
+    answer = stub.ModelInfer(service_pb2.ModelInferRequest(id="one", model_name="m"),
+                             metadata=(*TOKEN, ("tag-bin", b"\x00\xff")), timeout=10)
+    assert (answer.id, answer.model_name) == ("one", "m")
+    assert ("tag-bin", b"\x00\xff") in servicer.metadata and TOKEN[0] in servicer.metadata
+
+
+@pytest.mark.parametrize(("request_id", "code", "message"), [
+    ("abort", grpc.StatusCode.NOT_FOUND, "no such model"),
+    ("raise", grpc.StatusCode.UNKNOWN, "Exception calling application: broken"),
+])
+def test_an_abort_keeps_its_status_and_an_unexpected_error_is_unknown(served, request_id, code, message):
+    with pytest.raises(grpc.RpcError) as info:
+        served[3].ModelInfer(service_pb2.ModelInferRequest(id=request_id), metadata=TOKEN, timeout=10)
+    assert (info.value.code(), info.value.details()) == (code, message)
+
+
+def test_a_refused_call_never_reaches_the_servicer_and_an_unknown_method_is_unimplemented(served):
+    servicer, server, _, stub = served
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(service_pb2.ModelInferRequest(id="one"), timeout=10)
+    assert (info.value.code(), info.value.details()) == (grpc.StatusCode.UNAUTHENTICATED, "no token")
+    assert servicer.metadata == ()
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        unknown = channel.unary_unary("/inference.GRPCInferenceService/NoSuchMethod")
+        with pytest.raises(grpc.RpcError) as info:
+            unknown(b"", timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_message_past_the_receive_limit_is_refused_by_the_edge(served):
+    with pytest.raises(grpc.RpcError) as info:
+        served[3].ModelInfer(service_pb2.ModelInferRequest(id="x" * (2 << 20)), metadata=TOKEN, timeout=10)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_client_deadline_cancels_the_coroutine_and_the_edge_goes_on(served):
+    servicer, _, _, stub = served
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(service_pb2.ModelInferRequest(id="sleep"), metadata=TOKEN, timeout=0.3)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert servicer.cancelled.wait(5)
+    assert stub.ModelInfer(service_pb2.ModelInferRequest(id="after"), metadata=TOKEN, timeout=10).id == "after"
+
+
+def test_many_calls_at_once_each_get_their_own_answer(served):
+    stub = served[3]
+    futures = [stub.ModelInfer.future(service_pb2.ModelInferRequest(id=str(n)), metadata=TOKEN, timeout=30)
+               for n in range(300)]
+    assert [future.result().id for future in futures] == [str(n) for n in range(300)]
+
+
+def _requests(ids: list[str], release: threading.Event | None = None) -> Iterator:
+    for request_id in ids:
+        yield service_pb2.ModelInferRequest(id=request_id)
+    if release is not None:
+        release.wait(30)
+
+
+def test_a_stream_answers_each_request_in_order_and_ends_when_the_client_does(served):
+    servicer, _, _, stub = served
+    responses = stub.ModelStreamInfer(_requests(["a", "b", "c"]), metadata=TOKEN, timeout=10)
+    assert [response.infer_response.id for response in responses] == ["a", "b", "c"]
+    assert servicer.reads == ["a", "b", "c"]
+    empty = stub.ModelStreamInfer(_requests([]), metadata=TOKEN, timeout=10)
+    assert list(empty) == []
+
+
+def test_streams_past_the_bound_are_refused_and_a_closed_one_frees_its_place(served):
+    stub = served[3]
+    releases = [threading.Event(), threading.Event()]
+    streams = [stub.ModelStreamInfer(_requests([str(n)], release), metadata=TOKEN, timeout=30)
+               for n, release in enumerate(releases)]
+    try:
+        assert [next(stream).infer_response.id for stream in streams] == ["0", "1"]
+        with pytest.raises(grpc.RpcError) as info:
+            next(stub.ModelStreamInfer(_requests(["2"]), metadata=TOKEN, timeout=10))
+        assert (info.value.code(), info.value.details()) == (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                                             "2 streams are open: no more are taken")
+        releases[0].set()
+        assert list(streams[0]) == []
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert next(stub.ModelStreamInfer(_requests(["3"]), metadata=TOKEN, timeout=10)).infer_response.id \
+                    == "3"
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        for release in releases:
+            release.set()
+
+
+def test_stop_lets_a_short_call_finish_and_cuts_off_a_long_one_at_the_grace(served):
+    servicer, server, loop, stub = served
+    short = stub.ModelInfer.future(service_pb2.ModelInferRequest(id="wait 0.5"), metadata=TOKEN, timeout=30)
+    long = stub.ModelInfer.future(service_pb2.ModelInferRequest(id="sleep"), metadata=TOKEN, timeout=30)
+    time.sleep(0.2)
+    started = time.monotonic()
+    asyncio.run_coroutine_threadsafe(server.stop(1.5), loop).result(20)
+    assert 1.0 < time.monotonic() - started < 5
+    assert short.result(10).id == "wait 0.5"
+    with pytest.raises(grpc.RpcError):
+        long.result(10)
+    assert servicer.cancelled.wait(5)
