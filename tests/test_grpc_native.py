@@ -14,8 +14,9 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from runtime.grpc.call_context import CallEnded
+from runtime.grpc.codec import RawResponse, decode_infer_request
 from runtime.grpc.native import NATIVE_EDGE_BUILT, NativeGrpcServer
-from runtime.grpc.service import InferenceServicer
+from runtime.grpc.service import InferenceServicer, Undecodable
 
 if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
     raise RuntimeError("the native gRPC edge is not built (runtime/grpc/_native_edge): see scripts/setup.sh")
@@ -30,9 +31,12 @@ class ScriptedServicer(InferenceServicer):
         self.cancelled = threading.Event()
         self.metadata: tuple = ()
         self.reads: list[str] = []
+        self.received = None
 
     async def ModelInfer(self, request, context):
         self.metadata = context.invocation_metadata()
+        if isinstance(request, Undecodable):  # as the real servicer's methods answer it
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.error.message)
         if request.id == "abort":
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such model")
         if request.id == "raise":
@@ -42,6 +46,11 @@ class ScriptedServicer(InferenceServicer):
                 await asyncio.sleep(3600)
             finally:
                 self.cancelled.set()
+        if request.id == "tensors":
+            self.received = request
+            decode_infer_request(request)  # raises InvalidArgument where the raw contents do not fit the inputs
+            return RawResponse(service_pb2.ModelInferResponse(id="tensors"),
+                               [memoryview(b"abc"), b"", *request.raw_input_contents])
         if request.id.startswith("wait "):
             await asyncio.sleep(float(request.id.split()[1]))
         return service_pb2.ModelInferResponse(id=request.id, model_name=request.model_name)
@@ -94,6 +103,31 @@ def test_a_call_is_answered_with_its_metadata_seen_as_grpcio_hands_it_over(serve
                              metadata=(*TOKEN, ("tag-bin", b"\x00\xff")), timeout=10)
     assert (answer.id, answer.model_name) == ("one", "m")
     assert ("tag-bin", b"\x00\xff") in servicer.metadata and TOKEN[0] in servicer.metadata
+
+
+def test_tensors_arrive_as_views_of_the_message_and_answers_are_sent_from_their_pieces(served):
+    servicer, _, _, stub = served
+    request = service_pb2.ModelInferRequest(id="tensors", model_name="m")
+    request.inputs.add(name="A", datatype="UINT8", shape=[3])
+    request.inputs.add(name="B", datatype="UINT8", shape=[100_000])
+    big = bytes(range(256)) * 400
+    request.raw_input_contents.extend([b"xyz", big[:100_000]])
+    request.parameters["p"].string_param = "kept"
+    answer = stub.ModelInfer(request, metadata=TOKEN, timeout=10)
+    received = servicer.received
+    assert [bytes(raw) for raw in received.raw_input_contents] == [b"xyz", big[:100_000]]
+    assert all(isinstance(raw, memoryview) for raw in received.raw_input_contents)
+    assert (received.model_name, received.parameters["p"].string_param, len(received.inputs)) == ("m", "kept", 2)
+    assert list(answer.raw_output_contents) == [b"abc", b"", b"xyz", big[:100_000]]
+
+
+def test_a_message_that_does_not_parse_is_invalid_argument(served):
+    with grpc.insecure_channel(f"127.0.0.1:{served[1].port}") as channel:
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        for garbage in (b"\x3a\x05ab", b"\x0a\xff\xff", bytes([7 << 3 | 2, 2]) + b"ab\xff"):
+            with pytest.raises(grpc.RpcError) as info:
+                infer(garbage, metadata=TOKEN, timeout=10)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, garbage
 
 
 @pytest.mark.parametrize(("request_id", "code", "message"), [

@@ -144,6 +144,27 @@ def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest
     )
 
 
+RAW_INPUT_FIELD = 7  # ModelInferRequest.raw_input_contents
+
+
+class SplitInferRequest:
+    """A ModelInferRequest received with its ``raw_input_contents`` cut out by the native edge: the rest parsed by
+    protobuf, each raw content a view of the received bytes (protobuf would copy each tensor twice: once parsing,
+    once reading the field). Reads as the message does."""
+
+    __slots__ = ("message", "raw_input_contents")
+
+    def __init__(self, message: service_pb2.ModelInferRequest, raw_input_contents: list[memoryview]) -> None:
+        self.message = message
+        self.raw_input_contents = raw_input_contents
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.message, name)
+
+    def ByteSize(self) -> int:  # noqa: N802 - the protobuf method's name
+        return self.message.ByteSize() + sum(len(raw) + 6 for raw in self.raw_input_contents)
+
+
 _RAW_OUTPUT_TAG = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents: field 6, length-delimited
 
 
@@ -165,10 +186,14 @@ class RawResponse:
         self.raws = raws
 
     def SerializeToString(self) -> bytes:  # noqa: N802 - the protobuf method name grpc calls
+        return b"".join(self.serialized_parts())
+
+    def serialized_parts(self) -> list[bytes | memoryview]:
+        """The serialized message in pieces, each tensor read in place (for a sender that copies them once)."""
         parts: list[bytes | memoryview] = [self.message.SerializeToString()]
         for raw in self.raws:
             parts += (_RAW_OUTPUT_TAG, _varint(len(raw)), raw)
-        return b"".join(parts)
+        return parts
 
     def to_message(self) -> service_pb2.ModelInferResponse:
         """The whole message (to nest in another one)."""

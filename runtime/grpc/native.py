@@ -21,7 +21,8 @@ from typing import Any
 import grpc
 
 from runtime.grpc.call_context import CallEnded, ServicerCallContext
-from runtime.grpc.service import InferenceServicer, details, tolerant_deserializer
+from runtime.grpc.codec import RAW_INPUT_FIELD, RawResponse, SplitInferRequest
+from runtime.grpc.service import InferenceServicer, Undecodable, details, tolerant_deserializer
 from runtime.protocol import service_pb2
 
 logger = logging.getLogger(__name__)
@@ -65,16 +66,19 @@ class NativeGrpcServer:
         descriptor = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
         self.methods = {
             f"/{descriptor.full_name}/{method.name}": _Method(
-                method.name, getattr(servicer, method.name),
-                tolerant_deserializer(getattr(service_pb2, method.input_type.name)), method.client_streaming)
+                method.name, getattr(servicer, method.name), _deserializer(method.input_type.name),
+                method.client_streaming)
             for method in descriptor.methods}
+        # the methods whose requests' tensors arrive as views (SplitInferRequest)
+        self.split_methods = [path for path, method in self.methods.items()
+                              if descriptor.methods_by_name[method.name].input_type.name == "ModelInferRequest"]
         self.edge: Any = None
         self._unary: dict[int, asyncio.Task] = {}  # call id -> its task, while it runs
         self._streams: dict[int, NativeStream] = {}
 
     def add_insecure_port(self, address: str) -> int:
         """Bind ``address`` and start taking calls (they wait in the edge until :meth:`start`); 0: not bound."""
-        self.edge = self.native.Edge(address, self.options)
+        self.edge = self.native.Edge(address, self.options, self.split_methods, RAW_INPUT_FIELD)
         return self.edge.port
 
     async def start(self) -> None:
@@ -138,7 +142,7 @@ class NativeGrpcServer:
             return
         error = task.exception()
         if error is None:
-            call.finish(_OK, "", task.result().SerializeToString())
+            call.finish(_OK, "", _serialized(task.result()))
         else:
             call.finish(*_status_of(error), None)
 
@@ -200,7 +204,7 @@ class NativeStream:
         try:
             async for response in responses:
                 self._writing = self.loop.create_future()
-                if not self.call.write(response.SerializeToString()) or not await self._writing:
+                if not self.call.write(_serialized(response)) or not await self._writing:
                     return  # the call ended (client gone, deadline): grpc has its status
             self.call.finish(_OK, "", None)
         except asyncio.CancelledError:
@@ -210,6 +214,28 @@ class NativeStream:
             self.call.finish(*_status_of(error), None)
         finally:
             await responses.aclose()
+
+
+def _deserializer(type_name: str) -> Callable[[Any], Any]:
+    """``type_name``'s tolerant deserializer; for ModelInferRequest, one that also takes the edge's split form
+    (the message without its raw contents, and those as views)."""
+    deserialize = tolerant_deserializer(getattr(service_pb2, type_name))
+    if type_name != "ModelInferRequest":
+        return deserialize
+
+    def deserialize_split(payload: Any) -> Any:
+        if type(payload) is not tuple:
+            return deserialize(payload)
+        rest, raws = payload
+        message = deserialize(rest)
+        return message if isinstance(message, Undecodable) else SplitInferRequest(message, raws)
+
+    return deserialize_split
+
+
+def _serialized(message: Any) -> Any:
+    """A response as the edge sends it: bytes, or a RawResponse's pieces (its tensors copied once, by the edge)."""
+    return message.serialized_parts() if type(message) is RawResponse else message.SerializeToString()
 
 
 def _status_of(error: BaseException) -> tuple[int, str]:

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct CallState {
   std::recursive_mutex mu;
   EdgeReactor* reactor = nullptr;  // null once grpc is done with the call
   bool finishing = false;
+  bool split = false;  // its messages' raw field is handed over as views (see SplitRawField)
   bool started = false;  // the first read completed (grpc threads only: one read at a time)
   grpc::ByteBuffer read_buffer;
   grpc::ByteBuffer write_buffer;
@@ -75,8 +77,9 @@ class EdgeService : public grpc::CallbackGenericService {
 
 class Edge {
  public:
-  Edge(const std::string& address, const std::vector<std::pair<std::string, int>>& arguments)
-      : service_(this) {
+  Edge(const std::string& address, const std::vector<std::pair<std::string, int>>& arguments,
+       const std::vector<std::string>& split_methods, int split_field)
+      : service_(this), split_methods_(split_methods.begin(), split_methods.end()), split_field_(split_field) {
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
     grpc::ServerBuilder builder;
@@ -104,6 +107,8 @@ class Edge {
   }
 
   int port() const { return port_; }
+  int split_field() const { return split_field_; }
+  bool Splits(const std::string& method) const { return split_methods_.count(method) != 0; }
   int fileno() const { return wake_fd_; }
   uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -146,6 +151,8 @@ class Edge {
 
  private:
   EdgeService service_;
+  std::unordered_set<std::string> split_methods_;
+  int split_field_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int wake_fd_ = -1;
@@ -159,6 +166,7 @@ EdgeReactor::EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context
     : edge_(edge), state_(std::make_shared<CallState>()) {
   state_->id = id;
   state_->method = context->method();
+  state_->split = edge->Splits(state_->method);
   const auto& metadata = context->client_metadata();
   state_->metadata.reserve(metadata.size());
   for (const auto& [key, value] : metadata) {
@@ -206,11 +214,109 @@ py::object ToBytes(grpc::ByteBuffer& buffer) {
   return py::reinterpret_steal<py::object>(bytes);
 }
 
-grpc::ByteBuffer FromBytes(const py::bytes& message) {
-  char* data;
-  Py_ssize_t size;
-  PyBytes_AsStringAndSize(message.ptr(), &data, &size);
-  grpc::Slice slice(data, static_cast<size_t>(size));  // copied: grpc may send it after Python lets go
+bool ReadVarint(const char* data, size_t size, size_t* pos, uint64_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64 && *pos < size; shift += 7) {
+    uint8_t byte = static_cast<uint8_t>(data[(*pos)++]);
+    result |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) {
+      *value = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+// The message's top-level fields but ``field`` (a length-delimited one) in ``rest``, and where each occurrence of
+// ``field`` lies in ``raws``. False for anything it cannot read: protobuf then parses the message whole (and says
+// what is wrong with it).
+bool SplitRawField(const char* data, size_t size, uint32_t field, std::string* rest,
+                   std::vector<std::pair<size_t, size_t>>* raws) {
+  size_t pos = 0;
+  while (pos < size) {
+    size_t start = pos;
+    uint64_t key, value;
+    if (!ReadVarint(data, size, &pos, &key) || (key >> 3) == 0) return false;
+    switch (key & 7) {
+      case 0:
+        if (!ReadVarint(data, size, &pos, &value)) return false;
+        break;
+      case 1:
+        if (size - pos < 8) return false;
+        pos += 8;
+        break;
+      case 5:
+        if (size - pos < 4) return false;
+        pos += 4;
+        break;
+      case 2:
+        if (!ReadVarint(data, size, &pos, &value) || value > size - pos) return false;
+        if ((key >> 3) == field) {
+          raws->emplace_back(pos, static_cast<size_t>(value));
+          pos += value;
+          continue;
+        }
+        pos += value;
+        break;
+      default:  // groups
+        return false;
+    }
+    rest->append(data + start, pos - start);
+  }
+  return true;
+}
+
+// A received message for Python: its bytes, or for a call that splits, (the message without its raw field,
+// [a memoryview of each raw field's bytes]) when it has any: protobuf then never copies the tensors.
+py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field) {
+  py::object whole = ToBytes(buffer);
+  if (!split || whole.is_none()) return whole;
+  const char* data = PyBytes_AS_STRING(whole.ptr());
+  size_t size = static_cast<size_t>(PyBytes_GET_SIZE(whole.ptr()));
+  std::string rest;
+  std::vector<std::pair<size_t, size_t>> raws;
+  if (!SplitRawField(data, size, field, &rest, &raws) || raws.empty()) return whole;
+  py::object view = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(whole.ptr()));
+  if (!view) throw py::error_already_set();
+  py::list views(raws.size());
+  for (size_t i = 0; i < raws.size(); ++i) {
+    PyObject* part = PySequence_GetSlice(view.ptr(), static_cast<Py_ssize_t>(raws[i].first),
+                                         static_cast<Py_ssize_t>(raws[i].first + raws[i].second));
+    if (part == nullptr) throw py::error_already_set();
+    views[i] = py::reinterpret_steal<py::object>(part);
+  }
+  return py::make_tuple(py::bytes(rest), views);
+}
+
+// A message to send, copied once into grpc's buffer (grpc may send it after Python lets go): bytes, or a list of
+// buffers (bytes, memoryviews) that together make the message, so that a tensor is not joined into bytes first.
+grpc::ByteBuffer ToSend(const py::handle& message) {
+  if (PyBytes_Check(message.ptr())) {
+    grpc::Slice slice(PyBytes_AS_STRING(message.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(message.ptr())));
+    return grpc::ByteBuffer(&slice, 1);
+  }
+  std::vector<Py_buffer> views;
+  size_t total = 0;
+  auto release = [&views]() {
+    for (auto& view : views) PyBuffer_Release(&view);
+  };
+  for (const auto& part : message) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(part.ptr(), &view, PyBUF_SIMPLE) != 0) {
+      release();
+      throw py::error_already_set();
+    }
+    views.push_back(view);
+    total += static_cast<size_t>(view.len);
+  }
+  grpc_slice raw = grpc_slice_malloc(total);
+  uint8_t* out = GRPC_SLICE_START_PTR(raw);
+  for (const auto& view : views) {
+    std::memcpy(out, view.buf, static_cast<size_t>(view.len));
+    out += view.len;
+  }
+  release();
+  grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
   return grpc::ByteBuffer(&slice, 1);
 }
 
@@ -246,16 +352,19 @@ class Call {
   }
 
   // Send one message (a kWriteDone event says it went); one write at a time.
-  bool write(const py::bytes& message) {
+  bool write(const py::object& message) {
+    grpc::ByteBuffer buffer = ToSend(message);
     std::lock_guard<std::recursive_mutex> lock(state_->mu);
     if (state_->reactor == nullptr || state_->finishing) return false;
-    state_->write_buffer = FromBytes(message);
+    state_->write_buffer.Swap(&buffer);
     state_->reactor->StartWrite(&state_->write_buffer);
     return true;
   }
 
   // End the call with this status, sending ``message`` first unless it is None.
   bool finish(int code, const std::string& details, const py::object& message) {
+    grpc::ByteBuffer buffer;
+    if (!message.is_none()) buffer = ToSend(message);
     std::lock_guard<std::recursive_mutex> lock(state_->mu);
     if (state_->reactor == nullptr || state_->finishing) return false;
     state_->finishing = true;
@@ -263,7 +372,7 @@ class Call {
     if (message.is_none()) {
       state_->reactor->Finish(status);
     } else {
-      state_->write_buffer = FromBytes(message.cast<py::bytes>());
+      state_->write_buffer.Swap(&buffer);
       state_->reactor->StartWriteAndFinish(&state_->write_buffer, grpc::WriteOptions(), status);
     }
     return true;
@@ -274,13 +383,14 @@ class Call {
 };
 
 py::list Take(Edge& edge) {
+  uint32_t field = static_cast<uint32_t>(edge.split_field());
   std::vector<Event> events = edge.TakeEvents();
   py::list out(events.size());
   for (size_t i = 0; i < events.size(); ++i) {
     Event& event = events[i];
     py::object payload;
     if (event.kind == kStart || event.kind == kRead) {
-      payload = event.ok ? ToBytes(event.payload) : py::none();
+      payload = event.ok ? Received(event.payload, event.call->split, field) : py::none();
     } else {
       payload = py::bool_(event.ok);
     }
@@ -306,8 +416,10 @@ PYBIND11_MODULE(_native_edge, module) {
       .def("write", &Call::write)
       .def("finish", &Call::finish);
   py::class_<Edge>(module, "Edge")
-      .def(py::init<const std::string&, const std::vector<std::pair<std::string, int>>&>(),
-           py::call_guard<py::gil_scoped_release>())
+      .def(py::init<const std::string&, const std::vector<std::pair<std::string, int>>&,
+                    const std::vector<std::string>&, int>(),
+           py::arg("address"), py::arg("arguments"), py::arg("split_methods") = std::vector<std::string>(),
+           py::arg("split_field") = 0, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("port", &Edge::port)
       .def("fileno", &Edge::fileno)
       .def("take", &Take)
