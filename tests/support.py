@@ -9,7 +9,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -139,6 +141,20 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def first_answer_once_admitted(open_stream: Callable[[], Iterator], timeout: float = 10.0) -> Any:
+    """The first response of a gRPC stream opened by ``open_stream``, retried while the server refuses it with
+    RESOURCE_EXHAUSTED (a stream's place is free once the server saw the stream before it end)."""
+    import grpc
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return next(open_stream())
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
+            time.sleep(0.05)
 
 
 def write_model(

@@ -17,6 +17,7 @@ from runtime.grpc.call_context import CallEnded
 from runtime.grpc.codec import RawResponse, decode_infer_request
 from runtime.grpc.native import NATIVE_EDGE_BUILT, NativeGrpcServer
 from runtime.grpc.service import InferenceServicer, Undecodable
+from tests.support import first_answer_once_admitted
 
 if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
     raise RuntimeError("the native gRPC edge is not built (runtime/grpc/_native_edge): see scripts/setup.sh")
@@ -204,15 +205,9 @@ def test_streams_past_the_bound_are_refused_and_a_closed_one_frees_its_place(ser
                                                              "2 streams are open: no more are taken")
         releases[0].set()
         assert list(streams[0]) == []
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                assert next(stub.ModelStreamInfer(_requests(["3"]), metadata=TOKEN, timeout=10)).infer_response.id \
-                    == "3"
-                break
-            except grpc.RpcError as exc:
-                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
-                time.sleep(0.05)
+        answer = first_answer_once_admitted(lambda: stub.ModelStreamInfer(_requests(["3"]), metadata=TOKEN,
+                                                                          timeout=10))
+        assert answer.infer_response.id == "3"
     finally:
         for release in releases:
             release.set()

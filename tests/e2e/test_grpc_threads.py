@@ -18,7 +18,13 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from runtime.server import EXIT_CUT_OFF, EXIT_GRACE_SECONDS
-from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source, write_model
+from tests.support import (
+    IDENTITY_PYTHON_CONFIG,
+    ServerProcess,
+    first_answer_once_admitted,
+    python_model_source,
+    write_model,
+)
 
 # sleeps IN[0] seconds (watching for cancellation, which it notes in a file), then answers IN
 SLOW = python_model_source(
@@ -130,14 +136,7 @@ def test_streams_past_the_bound_are_refused_and_a_closed_one_frees_its_place(ser
             assert "2 streams are open" in info.value.details()
             releases[0].set()
             assert list(streams[0]) == []
-            deadline = time.monotonic() + 10
-            while True:  # the place is free once the server saw the stream end
-                try:
-                    assert not next(_open_stream(stub, releases[0])).error_message
-                    break
-                except grpc.RpcError as exc:
-                    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
-                    time.sleep(0.05)
+            assert not first_answer_once_admitted(lambda: _open_stream(stub, releases[0])).error_message
         finally:
             for release in releases:
                 release.set()
