@@ -42,6 +42,8 @@ class ScriptedServicer(InferenceServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such model")
         if request.id == "raise":
             raise ValueError("broken")
+        if request.id == "unanswerable":
+            return object()  # no message: the call must still end
         if request.id == "sleep":
             try:
                 await asyncio.sleep(3600)
@@ -134,6 +136,8 @@ def test_a_message_that_does_not_parse_is_invalid_argument(served):
 @pytest.mark.parametrize(("request_id", "code", "message"), [
     ("abort", grpc.StatusCode.NOT_FOUND, "no such model"),
     ("raise", grpc.StatusCode.UNKNOWN, "Exception calling application: broken"),
+    ("unanswerable", grpc.StatusCode.UNKNOWN,
+     "Exception calling application: 'object' object has no attribute 'SerializeToString'"),
 ])
 def test_an_abort_keeps_its_status_and_an_unexpected_error_is_unknown(served, request_id, code, message):
     with pytest.raises(grpc.RpcError) as info:

@@ -94,25 +94,28 @@ class NativeGrpcServer:
                 task.cancel()
 
     def _take_events(self) -> None:
-        start, cancel, read = self.native.START, self.native.CANCEL, self.native.READ
         for call, kind, payload in self.edge.take():
-            if kind == start:
-                self._start(call, payload)
-            elif kind == cancel:
-                task = self._unary.get(call.id)
-                if task is not None:
-                    task.cancel()
-                else:
-                    stream = self._streams.get(call.id)
-                    if stream is not None:
-                        stream.cancel()
+            try:
+                self._event(call, kind, payload)
+            except Exception:  # noqa: BLE001 - one call's failure never costs the others their events
+                logger.exception("unexpected error taking a gRPC call's event")
+                call.finish(_INTERNAL, "internal server error", None)
+
+    def _event(self, call: Any, kind: int, payload: Any) -> None:
+        native = self.native
+        if kind == native.START:
+            self._start(call, payload)
+        elif kind == native.CANCEL:
+            task = self._unary.get(call.id)
+            if task is not None:
+                task.cancel()
+            elif (stream := self._streams.get(call.id)) is not None:
+                stream.cancel()
+        elif (stream := self._streams.get(call.id)) is not None:
+            if kind == native.READ:
+                stream.read_done(payload)
             else:
-                stream = self._streams.get(call.id)
-                if stream is not None:
-                    if kind == read:
-                        stream.read_done(payload)
-                    else:
-                        stream.write_done(payload)
+                stream.write_done(payload)
 
     def _start(self, call: Any, payload: bytes | None) -> None:
         method = self.methods.get(call.method)
@@ -142,7 +145,12 @@ class NativeGrpcServer:
             return
         error = task.exception()
         if error is None:
-            call.finish(_OK, "", _serialized(task.result()))
+            try:
+                answer = _serialized(task.result())
+            except Exception as failure:  # noqa: BLE001 - the call still ends, with its status
+                call.finish(*_status_of(failure), None)
+                return
+            call.finish(_OK, "", answer)
         else:
             call.finish(*_status_of(error), None)
 
