@@ -14,7 +14,7 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from runtime.grpc.call_context import CallEnded
-from runtime.grpc.codec import RawResponse, decode_infer_request
+from runtime.grpc.codec import RawResponse, SplitInferRequest, decode_infer_request
 from runtime.grpc.native import NATIVE_EDGE_BUILT, NativeGrpcServer
 from runtime.grpc.service import InferenceServicer, Undecodable
 from tests.support import first_answer_once_admitted
@@ -108,7 +108,7 @@ def test_a_call_is_answered_with_its_metadata_seen_as_grpcio_hands_it_over(serve
     assert ("tag-bin", b"\x00\xff") in servicer.metadata and TOKEN[0] in servicer.metadata
 
 
-def test_tensors_arrive_as_views_of_the_message_and_answers_are_sent_from_their_pieces(served):
+def test_large_tensors_arrive_as_views_of_the_message_and_answers_are_sent_from_their_pieces(served):
     servicer, _, _, stub = served
     request = service_pb2.ModelInferRequest(id="tensors", model_name="m")
     request.inputs.add(name="A", datatype="UINT8", shape=[3])
@@ -122,6 +122,12 @@ def test_tensors_arrive_as_views_of_the_message_and_answers_are_sent_from_their_
     assert all(isinstance(raw, memoryview) for raw in received.raw_input_contents)
     assert (received.model_name, received.parameters["p"].string_param, len(received.inputs)) == ("m", "kept", 2)
     assert list(answer.raw_output_contents) == [b"abc", b"", b"xyz", big[:100_000]]
+    del request.raw_input_contents[1:]
+    request.inputs[1].shape[:] = [16]
+    request.raw_input_contents.append(big[:16])  # small tensors: parsed with the message, no views
+    stub.ModelInfer(request, metadata=TOKEN, timeout=10)
+    assert not isinstance(servicer.received, SplitInferRequest)
+    assert list(servicer.received.raw_input_contents) == [b"xyz", big[:16]]
 
 
 def test_a_message_that_does_not_parse_is_invalid_argument(served):

@@ -36,6 +36,9 @@ _UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
 _UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
 _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+# Raw input contents handed over as views from this many bytes on (a request's together); smaller ones are
+# parsed with the message: views cost 3.5 µs more than copies for add_sub's two 16-byte tensors.
+SPLIT_MIN_BYTES = 64 * 1024
 
 
 class _Method:
@@ -69,7 +72,7 @@ class NativeGrpcServer:
                 method.name, getattr(servicer, method.name), _deserializer(method.input_type.name),
                 method.client_streaming)
             for method in descriptor.methods}
-        # the methods whose requests' tensors arrive as views (SplitInferRequest)
+        # the methods whose requests' large tensors arrive as views (SplitInferRequest)
         self.split_methods = [path for path, method in self.methods.items()
                               if descriptor.methods_by_name[method.name].input_type.name == "ModelInferRequest"]
         self.edge: Any = None
@@ -78,7 +81,7 @@ class NativeGrpcServer:
 
     def add_insecure_port(self, address: str) -> int:
         """Bind ``address`` and start taking calls (they wait in the edge until :meth:`start`); 0: not bound."""
-        self.edge = self.native.Edge(address, self.options, self.split_methods, RAW_INPUT_FIELD)
+        self.edge = self.native.Edge(address, self.options, self.split_methods, RAW_INPUT_FIELD, SPLIT_MIN_BYTES)
         return self.edge.port
 
     async def start(self) -> None:

@@ -78,8 +78,11 @@ class EdgeService : public grpc::CallbackGenericService {
 class Edge {
  public:
   Edge(const std::string& address, const std::vector<std::pair<std::string, int>>& arguments,
-       const std::vector<std::string>& split_methods, int split_field)
-      : service_(this), split_methods_(split_methods.begin(), split_methods.end()), split_field_(split_field) {
+       const std::vector<std::string>& split_methods, int split_field, size_t split_min_bytes)
+      : service_(this),
+        split_methods_(split_methods.begin(), split_methods.end()),
+        split_field_(split_field),
+        split_min_bytes_(split_min_bytes) {
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
     grpc::ServerBuilder builder;
@@ -108,6 +111,7 @@ class Edge {
 
   int port() const { return port_; }
   int split_field() const { return split_field_; }
+  size_t split_min_bytes() const { return split_min_bytes_; }
   bool Splits(const std::string& method) const { return split_methods_.count(method) != 0; }
   int fileno() const { return wake_fd_; }
   uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
@@ -153,6 +157,7 @@ class Edge {
   EdgeService service_;
   std::unordered_set<std::string> split_methods_;
   int split_field_;
+  size_t split_min_bytes_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int wake_fd_ = -1;
@@ -267,15 +272,20 @@ bool SplitRawField(const char* data, size_t size, uint32_t field, std::string* r
 }
 
 // A received message for Python: its bytes, or for a call that splits, (the message without its raw field,
-// [a memoryview of each raw field's bytes]) when it has any: protobuf then never copies the tensors.
-py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field) {
+// [a memoryview of each raw field's bytes]) when they come to ``min_bytes`` or more: protobuf then never copies
+// the tensors (smaller ones cost less to copy than the views do to make and read).
+py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field, size_t min_bytes) {
   py::object whole = ToBytes(buffer);
   if (!split || whole.is_none()) return whole;
   const char* data = PyBytes_AS_STRING(whole.ptr());
   size_t size = static_cast<size_t>(PyBytes_GET_SIZE(whole.ptr()));
+  if (size < min_bytes) return whole;
   std::string rest;
   std::vector<std::pair<size_t, size_t>> raws;
   if (!SplitRawField(data, size, field, &rest, &raws) || raws.empty()) return whole;
+  size_t raw_bytes = 0;
+  for (const auto& raw : raws) raw_bytes += raw.second;
+  if (raw_bytes < min_bytes) return whole;
   py::object view = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(whole.ptr()));
   if (!view) throw py::error_already_set();
   py::list views(raws.size());
@@ -384,13 +394,14 @@ class Call {
 
 py::list Take(Edge& edge) {
   uint32_t field = static_cast<uint32_t>(edge.split_field());
+  size_t min_bytes = edge.split_min_bytes();
   std::vector<Event> events = edge.TakeEvents();
   py::list out(events.size());
   for (size_t i = 0; i < events.size(); ++i) {
     Event& event = events[i];
     py::object payload;
     if (event.kind == kStart || event.kind == kRead) {
-      payload = event.ok ? Received(event.payload, event.call->split, field) : py::none();
+      payload = event.ok ? Received(event.payload, event.call->split, field, min_bytes) : py::none();
     } else {
       payload = py::bool_(event.ok);
     }
@@ -417,9 +428,9 @@ PYBIND11_MODULE(_native_edge, module) {
       .def("finish", &Call::finish);
   py::class_<Edge>(module, "Edge")
       .def(py::init<const std::string&, const std::vector<std::pair<std::string, int>>&,
-                    const std::vector<std::string>&, int>(),
+                    const std::vector<std::string>&, int, size_t>(),
            py::arg("address"), py::arg("arguments"), py::arg("split_methods") = std::vector<std::string>(),
-           py::arg("split_field") = 0, py::call_guard<py::gil_scoped_release>())
+           py::arg("split_field") = 0, py::arg("split_min_bytes") = 0, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("port", &Edge::port)
       .def("fileno", &Edge::fileno)
       .def("take", &Take)
