@@ -235,3 +235,36 @@ def test_stop_lets_a_short_call_finish_and_cuts_off_a_long_one_at_the_grace(serv
     with pytest.raises(grpc.RpcError):
         long.result(10)
     assert servicer.cancelled.wait(5)
+
+
+DROPPED_WHILE_SERVING = """
+import asyncio, sys, threading
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from runtime.grpc.native import NativeGrpcServer
+from tests.test_grpc_native import ScriptedServicer
+
+async def main():
+    server = NativeGrpcServer(ScriptedServicer(), [], 2, lambda method, metadata: None)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    call = stub.ModelInfer.future(service_pb2.ModelInferRequest(id="sleep"), timeout=1.0)
+    await asyncio.sleep(0.5)  # running: its coroutine sleeps
+    del server  # dropped, never stopped
+    await asyncio.sleep(1.5)  # the call's deadline passes: grpc cancels it and tells the (dropped) edge
+    print("serving", flush=True)
+
+asyncio.run(main())  # then the interpreter exits with the call's server never stopped
+"""
+
+
+def test_a_server_dropped_while_it_serves_neither_crashes_nor_holds_the_process_at_exit():
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    done = subprocess.run([sys.executable, "-c", DROPPED_WHILE_SERVING], cwd=ROOT, capture_output=True, text=True,
+                          timeout=30)
+    assert "serving" in done.stdout and done.returncode == 0, (done.returncode, done.stderr[-2000:])

@@ -102,12 +102,13 @@ class Edge {
   }
 
   ~Edge() {
-    if (server_) {
-      server_->Shutdown(std::chrono::system_clock::now());
-      server_->Wait();
-    }
     if (wake_fd_ >= 0) close(wake_fd_);
   }
+
+  // Whether nothing of grpc's can reach this edge any more (see EdgeDeleter).
+  bool Idle() const { return (!server_ || shut_down_) && live_reactors_.load() == 0; }
+  void ReactorStarted() { live_reactors_.fetch_add(1); }
+  void ReactorDone() { live_reactors_.fetch_sub(1); }
 
   int port() const { return port_; }
   int split_field() const { return split_field_; }
@@ -144,13 +145,15 @@ class Edge {
     return events;
   }
 
-  // Stop taking calls; those running get ``grace`` seconds, then are cancelled (GIL released by the binding).
+  // Stop taking calls; those running get ``grace`` seconds, then are cancelled (GIL released by the binding). It
+  // returns once every call has ended, so Python must go on taking events meanwhile (and finish the cancelled).
   void Shutdown(double grace) {
     if (!server_) return;
     auto deadline = std::chrono::system_clock::now() +
                     std::chrono::microseconds(static_cast<int64_t>(grace * 1e6));
     server_->Shutdown(deadline);
     server_->Wait();
+    shut_down_ = true;
   }
 
  private:
@@ -161,6 +164,8 @@ class Edge {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int wake_fd_ = -1;
+  bool shut_down_ = false;
+  std::atomic<int> live_reactors_{0};
   std::atomic<uint64_t> next_id_{1};
   std::mutex mu_;
   std::vector<Event> pending_;
@@ -178,6 +183,7 @@ EdgeReactor::EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context
     state_->metadata.emplace_back(std::string(key.data(), key.size()), std::string(value.data(), value.size()));
   }
   state_->reactor = this;
+  edge->ReactorStarted();
   StartRead(&state_->read_buffer);
 }
 
@@ -197,6 +203,7 @@ void EdgeReactor::OnDone() {
     std::lock_guard<std::recursive_mutex> lock(state_->mu);
     state_->reactor = nullptr;
   }
+  edge_->ReactorDone();
   delete this;
 }
 
@@ -392,6 +399,16 @@ class Call {
   std::shared_ptr<CallState> state_;
 };
 
+// Python's reference to an edge dropped: the edge is deleted only when grpc can no longer reach it (shut down, its
+// last call done); otherwise it is left to the process's end (a server dropped while it serves, or at the
+// interpreter's exit): a call still open would call into a deleted edge, and waiting for it would never end,
+// since calls end only when Python finishes them.
+struct EdgeDeleter {
+  void operator()(Edge* edge) const {
+    if (edge->Idle()) delete edge;
+  }
+};
+
 py::list Take(Edge& edge) {
   uint32_t field = static_cast<uint32_t>(edge.split_field());
   size_t min_bytes = edge.split_min_bytes();
@@ -426,7 +443,7 @@ PYBIND11_MODULE(_native_edge, module) {
       .def("read", &Call::read)
       .def("write", &Call::write)
       .def("finish", &Call::finish);
-  py::class_<Edge>(module, "Edge")
+  py::class_<Edge, std::unique_ptr<Edge, EdgeDeleter>>(module, "Edge")
       .def(py::init<const std::string&, const std::vector<std::pair<std::string, int>>&,
                     const std::vector<std::string>&, int, size_t>(),
            py::arg("address"), py::arg("arguments"), py::arg("split_methods") = std::vector<std::string>(),
