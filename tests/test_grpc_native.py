@@ -44,6 +44,8 @@ class ScriptedServicer(InferenceServicer):
             raise ValueError("broken")
         if request.id == "unanswerable":
             return object()  # no message: the call must still end
+        if request.id == "unsendable":  # a tensor the edge cannot read as one block of bytes
+            return RawResponse(service_pb2.ModelInferResponse(id="x"), [memoryview(bytes(range(10)))[::2]])
         if request.id == "sleep":
             try:
                 await asyncio.sleep(3600)
@@ -149,6 +151,13 @@ def test_an_abort_keeps_its_status_and_an_unexpected_error_is_unknown(served, re
     with pytest.raises(grpc.RpcError) as info:
         served[3].ModelInfer(service_pb2.ModelInferRequest(id=request_id), metadata=TOKEN, timeout=10)
     assert (info.value.code(), info.value.details()) == (code, message)
+
+
+def test_an_answer_the_edge_cannot_send_still_ends_its_call(served):
+    with pytest.raises(grpc.RpcError) as info:
+        served[3].ModelInfer(service_pb2.ModelInferRequest(id="unsendable"), metadata=TOKEN, timeout=10)
+    assert info.value.code() == grpc.StatusCode.UNKNOWN
+    assert "contiguous" in info.value.details()
 
 
 def test_a_refused_call_never_reaches_the_servicer_and_an_unknown_method_is_unimplemented(served):

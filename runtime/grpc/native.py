@@ -149,11 +149,9 @@ class NativeGrpcServer:
         error = task.exception()
         if error is None:
             try:
-                answer = _serialized(task.result())
-            except Exception as failure:  # noqa: BLE001 - the call still ends, with its status
+                call.finish(_OK, "", _serialized(task.result()))
+            except Exception as failure:  # noqa: BLE001 - an answer that cannot be sent: the call still ends
                 call.finish(*_status_of(failure), None)
-                return
-            call.finish(_OK, "", answer)
         else:
             call.finish(*_status_of(error), None)
 
