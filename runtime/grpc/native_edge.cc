@@ -5,6 +5,8 @@
 // Why: grpcio builds Python objects for every completion-queue event and runs each call in a pool thread; this
 // edge touches Python once per batch of events, on the loop thread (docs/benchmarks.md, "A native gRPC edge").
 // No grpc++ thread ever takes the GIL: Python's side of a call is reached only through take().
+#include "native_wire.h"
+
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <pybind11/pybind11.h>
@@ -226,58 +228,6 @@ py::object ToBytes(grpc::ByteBuffer& buffer) {
   return py::reinterpret_steal<py::object>(bytes);
 }
 
-bool ReadVarint(const char* data, size_t size, size_t* pos, uint64_t* value) {
-  uint64_t result = 0;
-  for (int shift = 0; shift < 64 && *pos < size; shift += 7) {
-    uint8_t byte = static_cast<uint8_t>(data[(*pos)++]);
-    result |= static_cast<uint64_t>(byte & 0x7F) << shift;
-    if ((byte & 0x80) == 0) {
-      *value = result;
-      return true;
-    }
-  }
-  return false;
-}
-
-// The message's top-level fields but ``field`` (a length-delimited one) in ``rest``, and where each occurrence of
-// ``field`` lies in ``raws``. False for anything it cannot read: protobuf then parses the message whole (and says
-// what is wrong with it).
-bool SplitRawField(const char* data, size_t size, uint32_t field, std::string* rest,
-                   std::vector<std::pair<size_t, size_t>>* raws) {
-  size_t pos = 0;
-  while (pos < size) {
-    size_t start = pos;
-    uint64_t key, value;
-    if (!ReadVarint(data, size, &pos, &key) || (key >> 3) == 0) return false;
-    switch (key & 7) {
-      case 0:
-        if (!ReadVarint(data, size, &pos, &value)) return false;
-        break;
-      case 1:
-        if (size - pos < 8) return false;
-        pos += 8;
-        break;
-      case 5:
-        if (size - pos < 4) return false;
-        pos += 4;
-        break;
-      case 2:
-        if (!ReadVarint(data, size, &pos, &value) || value > size - pos) return false;
-        if ((key >> 3) == field) {
-          raws->emplace_back(pos, static_cast<size_t>(value));
-          pos += value;
-          continue;
-        }
-        pos += value;
-        break;
-      default:  // groups
-        return false;
-    }
-    rest->append(data + start, pos - start);
-  }
-  return true;
-}
-
 // A received message for Python: its bytes, or for a call that splits, (the message without its raw field,
 // [a memoryview of each raw field's bytes]) when they come to ``min_bytes`` or more: protobuf then never copies
 // the tensors (smaller ones cost less to copy than the views do to make and read).
@@ -289,7 +239,7 @@ py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field, size_t
   if (size < min_bytes) return whole;
   std::string rest;
   std::vector<std::pair<size_t, size_t>> raws;
-  if (!SplitRawField(data, size, field, &rest, &raws) || raws.empty()) return whole;
+  if (!native_wire::SplitRawField(data, size, field, &rest, &raws) || raws.empty()) return whole;
   size_t raw_bytes = 0;
   for (const auto& raw : raws) raw_bytes += raw.second;
   if (raw_bytes < min_bytes) return whole;
