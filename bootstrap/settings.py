@@ -100,6 +100,10 @@ def _port_flags(flag: str, protocol: str, default: str) -> tuple[Flag, Flag]:
             Flag(f"--no-{flag}", f"do not serve {protocol}", None, const=None))
 
 
+def _true_or_false_flag(flag: str, help_text: str) -> list[Flag]:
+    return [Flag(flag, help_text, true_or_false, choices=("true", "false"))]
+
+
 _RESTRICTION = "<API>[,<API>...]:<key>=<value>"
 
 
@@ -143,15 +147,15 @@ class FunctionSettings:
         meaning="serve gRPC on the HTTP port too (HTTP/1.1, h2c REST and gRPC on one listener, routed per request "
                 "by content type), as a platform that gives a function one port needs; the gRPC port is then not "
                 "served",
-        flags=[Flag("--single-port", "gRPC on the HTTP port too (default: when $PORT sets the HTTP port)",
-                    true_or_false, choices=("true", "false"))])
+        flags=_true_or_false_flag(
+            "--single-port", "gRPC on the HTTP port too (default: when $PORT sets the HTTP port)"))
     batch_scheduled_helpers: bool = setting(
         True, key="server.batch_scheduled_helpers", check=boolean,
         meaning="run every thread but the event loop's, and the Python models' workers, under Linux's SCHED_BATCH: "
                 "a woken helper then waits for the loop to pause instead of preempting it while it holds the GIL "
                 "(measured in docs/benchmarks.md; no effect where the system refuses it)",
-        flags=[Flag("--batch-scheduled-helpers", "helper threads and workers under SCHED_BATCH (default true)",
-                    true_or_false, choices=("true", "false"))])
+        flags=_true_or_false_flag(
+            "--batch-scheduled-helpers", "helper threads and workers under SCHED_BATCH (default true)"))
     grpc_port: int | None = setting(8001, key="server.grpc_port", check=port, meaning="gRPC port; `null` disables gRPC",
                                     flags=_port_flags("grpc", "gRPC", "8001"))
     metrics_port: int | None = setting(
@@ -191,8 +195,8 @@ class FunctionSettings:
         True, key="server.strict_readiness", check=boolean,
         meaning="ready only while every model the server tried to load is ready (Triton's default); `false`: "
                 "ready once the initial load finished",
-        flags=[Flag("--strict-readiness", "ready only while every model is ready (default true, as Triton)",
-                    true_or_false, choices=("true", "false"))])
+        flags=_true_or_false_flag(
+            "--strict-readiness", "ready only while every model is ready (default true, as Triton)"))
     header_timeout_seconds: float = setting(
         30.0, key="server.header_timeout_seconds", check=seconds,
         meaning="time to send a request's headers; also the idle keep-alive timeout and gRPC's connection "
@@ -234,8 +238,8 @@ class FunctionSettings:
         meaning="serve gRPC on the native edge (grpc++'s callback server, its calls handed to the event loop in "
                 "batches; built at install where libgrpc++ is found); `false`, or where it is not built: grpcio's "
                 "thread-pool server (`server.grpc_infer_threads`)",
-        flags=[Flag("--grpc-native-edge", "serve gRPC on grpc++'s callback server (default true; false: grpcio)",
-                    true_or_false, choices=("true", "false"))])
+        flags=_true_or_false_flag(
+            "--grpc-native-edge", "serve gRPC on grpc++'s callback server (default true; false: grpcio)"))
     grpc_infer_threads: int = setting(
         256, key="server.grpc_infer_threads", check=count_or_zero,
         meaning="where gRPC is served by grpcio (`server.grpc_native_edge` false or not built): ModelInfer calls "

@@ -73,8 +73,8 @@ class NativeGrpcServer:
                 method.client_streaming)
             for method in descriptor.methods}
         # the methods whose requests' large tensors arrive as views (SplitInferRequest)
-        self.split_methods = [path for path, method in self.methods.items()
-                              if descriptor.methods_by_name[method.name].input_type.name == "ModelInferRequest"]
+        self.split_methods = [f"/{descriptor.full_name}/{method.name}" for method in descriptor.methods
+                              if method.input_type.name == "ModelInferRequest"]
         self.edge: Any = None
         self._unary: dict[int, asyncio.Task] = {}  # call id -> its task, while it runs
         self._streams: dict[int, NativeStream] = {}

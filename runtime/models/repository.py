@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,12 +100,8 @@ class ModelRepository:
             spec = self.read_spec(name)
         except ModelLoadError:
             return {}
-        placement: dict[int, int] = {}
-        for group in spec.instance_groups:
-            if group.kind != "KIND_CPU":
-                for _, device in group.placed():
-                    placement[device] = placement.get(device, 0) + 1
-        return placement
+        return dict(Counter(device for group in spec.instance_groups if group.kind != "KIND_CPU"
+                            for _, device in group.placed()))
 
     def raw_config(self, name: str) -> ModelConfig:
         """The model's config as written (nothing completed or filled in); ModelLoadError if it cannot be read."""
