@@ -39,8 +39,11 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.conformance.servers import prepare_oracle
-from tests.support import free_port
+if __package__ in (None, ""):  # run as a file (python scripts/bench_vs_triton.py): the project's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.conformance.servers import prepare_oracle  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
