@@ -62,8 +62,8 @@ class InferenceService:
         self.in_flight = 0
         self.custom_metrics = CustomMetrics()
         self.log = ServerLog()  # the logging extension
-        self.shared_memory = SharedMemoryRegistry()  # system shared-memory regions clients registered
-        self.cuda_shared_memory = CudaSharedMemoryRegistry()
+        self.shared_memory = SharedMemoryRegistry()  # the shared-memory regions clients registered, system and CUDA
+        self.cuda_shared_memory = CudaSharedMemoryRegistry(self.shared_memory)
         self.tracer = tracer or Tracer()  # the trace extension
         self.tracer.model_known = lambda name: name in self.manager.models
         manager.retire_hooks.append(self._forget_custom_metrics)

@@ -33,6 +33,6 @@ then
   LEAVE_OUT=(-k "not add_sub_gpu and not kind_gpu_instances")
 fi
 "$PYTHON" -m examples.build_models
-timeout 420 "$PYTHON" -m pytest -q -s -p no:cacheprovider -m gpu "${LEAVE_OUT[@]}" tests/e2e/test_gpu_on_demand.py \
-  tests/e2e/test_gpu.py
+timeout 420 "$PYTHON" -m pytest -q -s -p no:cacheprovider -m gpu "${LEAVE_OUT[@]}" \
+  tests/e2e/test_gpu_cuda_shared_memory.py tests/e2e/test_gpu_on_demand.py tests/e2e/test_gpu.py
 timeout 120 "$PYTHON" -m scripts.benchmark --quick --skip-mlserver --skip-triton --output bench_results_gpu.json

@@ -5,8 +5,10 @@ instead of into the response).
 A key names a POSIX shared-memory object only (``/name``: one leading slash, no other, no ``.``/``..``, never
 a path), opened without following links and never mapped (see :class:`Region`); offsets and sizes are checked
 against the registered range.  Registrations are bounded in number and total size.  A region unregistered while a
-request copies from it stays open until that copy is done; everything is closed at shutdown.  CUDA shared memory is
-answered as unsupported on this server (no GPU path for it yet).
+request copies from it stays open until that copy is done; everything is closed at shutdown.
+
+The registry holds CUDA regions too (cuda_shared_memory.py opens them): Triton keeps one namespace for both kinds,
+so a request names a region without saying its kind, while registration status and unregistering go by kind.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import os
 import re
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -31,6 +34,24 @@ SHM_ROOT = "/dev/shm"
 _KEY = re.compile(r"/[A-Za-z0-9_.\-]{1,250}")
 DEFAULT_MAX_REGIONS = 256
 DEFAULT_MAX_TOTAL_BYTES = 64 << 30
+
+
+class SharedRegion(Protocol):
+    """A registered region of either kind, as the registry and the data path use it."""
+
+    name: str
+    kind: str  # "system" or "cuda": what status and unregister select by
+    byte_size: int
+    users: int  # requests copying from or into it now: it is closed when the last is done
+    unregistered: bool
+
+    def read(self, offset: int, byte_size: int) -> memoryview: ...
+
+    def write(self, offset: int, payload: memoryview | bytes) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -50,6 +71,7 @@ class Region:
     fd: int
     users: int = 0  # requests copying from or into it now (the fd stays open until they are done)
     unregistered: bool = False
+    kind: str = "system"
 
     def read(self, offset: int, byte_size: int) -> memoryview:
         """A private copy of ``byte_size`` bytes at ``offset`` (InvalidArgument if the object no longer holds them)."""
@@ -80,23 +102,27 @@ class Region:
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
+    def close(self) -> None:
+        os.close(self.fd)
+
 
 class SharedMemoryRegistry:
-    """The system shared-memory regions registered with this server (thread-safe)."""
+    """The shared-memory regions registered with this server, system and CUDA (thread-safe)."""
 
     def __init__(self, max_regions: int = DEFAULT_MAX_REGIONS, max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES):
         self.max_regions = max_regions
         self.max_total_bytes = max_total_bytes
-        self._regions: dict[str, Region] = {}
+        self._regions: dict[str, SharedRegion] = {}
         self._lock = threading.Lock()
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Open ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key`` as region ``name``."""
-        if not isinstance(name, str) or not name or len(name) > 256:
-            raise InvalidArgument("a shared memory region needs a name (at most 256 characters)")
-        for value, what in ((offset, "offset"), (byte_size, "byte_size")):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidArgument(f"shared memory '{what}' must be a non-negative integer")
+        check_registration(name, offset=offset, byte_size=byte_size)
+        self.add(name, byte_size, lambda: Region(name, key, offset, byte_size, _open(key, offset, byte_size)))
+
+    def add(self, name: str, byte_size: int, open_region: Callable[[], SharedRegion]) -> None:
+        """Register the region ``open_region`` opens as ``name``, within the limits and the one namespace of both
+        kinds (it is opened only once the name and the limits allow it)."""
         with self._lock:
             if name in self._regions:
                 raise AlreadyExists(f"shared memory region '{name[:128]}' already in manager")
@@ -104,24 +130,27 @@ class SharedMemoryRegistry:
                 raise InvalidArgument(f"at most {self.max_regions} shared memory regions can be registered")
             if sum(r.byte_size for r in self._regions.values()) + byte_size > self.max_total_bytes:
                 raise InvalidArgument(f"registered shared memory would exceed {self.max_total_bytes} bytes")
-            self._regions[name] = Region(name, key, offset, byte_size, _open(key, offset, byte_size))
+            self._regions[name] = open_region()
 
-    def unregister(self, name: str = "") -> None:
-        """Unregister one region (or, with no name, all); an unknown name is not an error, as in Triton.  A region
-        a request is copying from or into is closed when that copy is done."""
+    def unregister(self, name: str = "", kind: str = "system") -> None:
+        """Unregister one region of ``kind`` (or, with no name, all of that kind); an unknown name is not an
+        error, as in Triton.  A region a request is copying from or into is closed when that copy is done."""
         with self._lock:
-            regions = list(self._regions.values()) if not name else [r for r in [self._regions.get(name)] if r]
-            for region in regions:
-                del self._regions[region.name]
-                region.unregistered = True
-                if not region.users:
-                    os.close(region.fd)
+            self._drop([r for r in self._regions.values() if r.kind == kind and (not name or r.name == name)])
 
-    def status(self, name: str = "") -> list[dict[str, Any]]:
+    def status(self, name: str = "", kind: str = "system") -> list[dict[str, Any]]:
         with self._lock:
-            if name and name not in self._regions:
-                raise NotFound(f"Unable to find system shared memory region: '{name[:128]}'")
-            return [r.status() for r in self._regions.values() if not name or r.name == name]
+            regions = [r for r in self._regions.values() if r.kind == kind and (not name or r.name == name)]
+            if name and not regions:
+                raise NotFound(f"Unable to find {kind} shared memory region: '{name[:128]}'")
+            return [r.status() for r in regions]
+
+    def _drop(self, regions: list[SharedRegion]) -> None:
+        for region in regions:
+            del self._regions[region.name]
+            region.unregistered = True
+            if not region.users:
+                region.close()
 
     def read(self, parameters: dict[str, Any]) -> memoryview | None:
         """A copy of the bytes a tensor's parameters name, None if they name no region."""
@@ -149,7 +178,7 @@ class SharedMemoryRegistry:
         finally:
             self._release(region)
 
-    def _acquire(self, parameters: dict[str, Any]) -> tuple[Region, int, int] | None:
+    def _acquire(self, parameters: dict[str, Any]) -> tuple[SharedRegion, int, int] | None:
         """The region a tensor's parameters name (checked against its registered range), marked in use."""
         if REGION_PARAMETER not in parameters:
             return None
@@ -169,14 +198,25 @@ class SharedMemoryRegistry:
             region.users += 1
             return region, offset, byte_size
 
-    def _release(self, region: Region) -> None:
+    def _release(self, region: SharedRegion) -> None:
         with self._lock:
             region.users -= 1
             if region.unregistered and not region.users:
-                os.close(region.fd)
+                region.close()
 
     def close(self) -> None:
-        self.unregister()
+        """Unregister every region, of both kinds (at shutdown)."""
+        with self._lock:
+            self._drop(list(self._regions.values()))
+
+
+def check_registration(name: Any, **sizes: Any) -> None:
+    """A registration's name and its whole-number fields, as both kinds check them."""
+    if not isinstance(name, str) or not name or len(name) > 256:
+        raise InvalidArgument("a shared memory region needs a name (at most 256 characters)")
+    for what, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidArgument(f"shared memory '{what}' must be a non-negative integer")
 
 
 def _open(key: str, offset: int, byte_size: int) -> int:
