@@ -108,3 +108,70 @@ def test_registrations_that_lie_are_refused_and_the_server_goes_on(served, cudas
         client.unregister_cuda_shared_memory()
         cudashm.destroy_shared_memory_region(region)
     assert client.is_server_live()
+
+
+CLIENT_THAT_LEAVES = '''
+import sys
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.utils.cuda_shared_memory as cudashm
+
+client = grpcclient.InferenceServerClient(sys.argv[1])
+region = cudashm.create_shared_memory_region("leaving", 64, 0)
+cudashm.set_shared_memory_region(region, [np.arange(16, dtype=np.int32)])
+client.register_cuda_shared_memory("leaving", cudashm.get_raw_handle(region), 0, 64)
+if sys.argv[2] == "free":
+    cudashm.destroy_shared_memory_region(region)  # freed while the server holds it open
+print("registered", flush=True)
+'''
+
+
+@pytest.mark.parametrize("how", ["free", "exit"])
+def test_a_client_that_frees_its_memory_or_exits_cannot_take_the_server_down(served, cudashm, tmp_path, how):
+    """The client frees its exported memory (or its process ends) while the region is registered: the server
+    keeps its own mapping until unregistered, answers from it, and goes on serving."""
+    script = tmp_path / "leaving.py"
+    script.write_text(CLIENT_THAT_LEAVES)
+    done = subprocess.run([sys.executable, str(script), served.grpc_url, how], capture_output=True, text=True,
+                          timeout=120)
+    assert "registered" in done.stdout, done.stdout + done.stderr
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    try:
+        value = grpcclient.InferInput("INPUT0", [1, 16], "INT32")
+        value.set_shared_memory("leaving", 64)
+        other = grpcclient.InferInput("INPUT1", [1, 16], "INT32")
+        other.set_data_from_numpy(np.ones((1, 16), np.int32))
+        try:
+            result = client.infer("simple", [value, other])
+            assert result.as_numpy("OUTPUT0").shape == (1, 16)  # whatever the bytes, an answer
+        except InferenceServerException as exc:  # or a clear error: never a crash
+            assert "cuda" in str(exc).lower() or "memory" in str(exc).lower(), exc
+    finally:
+        client.unregister_cuda_shared_memory("leaving")
+    assert client.is_server_live() and len(client.get_cuda_shared_memory_status().regions) == 0
+    assert served.process.poll() is None, served.log()[-3000:]
+    x = np.ones((1, 4), np.float32)  # the server's CUDA context still works: a GPU model answers
+    value = grpcclient.InferInput("INPUT__0", [1, 4], "FP32")
+    value.set_data_from_numpy(x)
+    np.testing.assert_allclose(client.infer("simple_torch", [value]).as_numpy("OUTPUT__0"),
+                               x @ TORCH_WEIGHT + TORCH_BIAS, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def served_with_frontends(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("cudashm-frontends") / "models"
+    write_model(repository, "simple", add_sub_config('platform: "onnxruntime_onnx"', "INT32"))
+    build_add_sub_onnx(repository / "simple" / "1" / "model.onnx", datatype="INT32")
+    process = ServerProcess(repository, "--device", "gpu", "--frontend-processes", "2",
+                            log=Path(repository.parent) / "server.log").start(timeout=300)
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+@pytest.mark.parametrize("example, url", [("simple_http_cudashm_client.py", "http_url"),
+                                          ("simple_grpc_cudashm_client.py", "grpc_url")])
+def test_tritons_cudashm_examples_pass_through_frontend_processes(served_with_frontends, cudashm, example, url):
+    for _ in range(3):  # connections land on either front end; regions live in the process owning the models
+        done = subprocess.run([sys.executable, str(EXAMPLES / example), "-u", getattr(served_with_frontends, url)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr + served_with_frontends.log()[-3000:]
