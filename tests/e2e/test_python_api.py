@@ -97,19 +97,24 @@ def test_bls_calls_an_onnx_model_through_its_scheduler(http):
 
 def test_bls_requests_are_batched_with_other_requests(http):
     """BLS calls (four in flight at once from each async execute, eight such requests at once) meet the ONNX
-    model's dynamic batcher like any request."""
-    before = http.get_inference_statistics("onnx_add_sub")["model_stats"][0]
+    model's dynamic batcher like any request.  Whether a burst coalesces depends on timing (the batcher waits
+    only when more requests are arriving, and a tiny model runs as soon as its instance is free), so up to three
+    bursts are sent: calls that bypassed the batcher would never share an execution."""
     inputs = [httpclient.InferInput("TARGET", [1], "BYTES"), httpclient.InferInput("A", [4], "FP32")]
     inputs[0].set_data_from_numpy(np.array([b""], dtype=object))
     inputs[1].set_data_from_numpy(np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32))
-    pending = [http.async_infer("async_bls", inputs) for _ in range(8)]
-    for request in pending:
-        result = request.get_result()
-        assert result.as_numpy("ERROR")[0] == b""
-        np.testing.assert_array_equal(result.as_numpy("OUT"), np.array([1.0, 2.0, 3.0, 4.0]) * 10)  # (1+2+3+4) a
-    after = http.get_inference_statistics("onnx_add_sub")["model_stats"][0]
-    assert after["inference_count"] - before["inference_count"] == 32
-    assert after["execution_count"] - before["execution_count"] < 32  # some of them ran as one batch
+    for _ in range(3):
+        before = http.get_inference_statistics("onnx_add_sub")["model_stats"][0]
+        pending = [http.async_infer("async_bls", inputs) for _ in range(8)]
+        for request in pending:
+            result = request.get_result()
+            assert result.as_numpy("ERROR")[0] == b""
+            np.testing.assert_array_equal(result.as_numpy("OUT"), np.array([1.0, 2.0, 3.0, 4.0]) * 10)  # (1+2+3+4) a
+        after = http.get_inference_statistics("onnx_add_sub")["model_stats"][0]
+        assert after["inference_count"] - before["inference_count"] == 32
+        if after["execution_count"] - before["execution_count"] < 32:
+            return  # some of them ran as one batch
+    pytest.fail("three bursts of 32 BLS calls never shared an execution")
 
 
 def test_bls_to_an_unknown_model_is_an_error_response(http):
