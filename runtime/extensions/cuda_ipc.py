@@ -49,7 +49,6 @@ class CudaIpcMemory:
     def __init__(self, raw_handle: bytes, device_id: int, byte_size: int):
         runtime, driver = _bindings()
         self.device_id = device_id
-        self.byte_size = byte_size
         self._closed = False
         self._lock = threading.Lock()
         count = _check(runtime.cudaGetDeviceCount(), "cudaGetDeviceCount")
@@ -76,23 +75,13 @@ class CudaIpcMemory:
     def to_host(self, offset: int, byte_size: int) -> np.ndarray:
         runtime, _ = _bindings()
         host = np.empty(byte_size, np.uint8)
-        if byte_size:
-            with self._lock:
-                self._check_open()
-                self._set_device()
-                _check(runtime.cudaMemcpy(host.ctypes.data, self.pointer + offset, byte_size,
-                                          runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost), "cudaMemcpy")
+        self._memcpy(host.ctypes.data, self.pointer + offset, byte_size, runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost)
         return host
 
     def from_host(self, offset: int, payload: memoryview | bytes) -> None:
         runtime, _ = _bindings()
         host = np.frombuffer(payload, np.uint8)
-        if host.size:
-            with self._lock:
-                self._check_open()
-                self._set_device()
-                _check(runtime.cudaMemcpy(self.pointer + offset, host.ctypes.data, host.size,
-                                          runtime.cudaMemcpyKind.cudaMemcpyHostToDevice), "cudaMemcpy")
+        self._memcpy(self.pointer + offset, host.ctypes.data, host.size, runtime.cudaMemcpyKind.cudaMemcpyHostToDevice)
 
     def close(self) -> None:
         runtime, _ = _bindings()
@@ -102,9 +91,16 @@ class CudaIpcMemory:
                 self._set_device()
                 runtime.cudaIpcCloseMemHandle(self.pointer)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InvalidArgument("CUDA shared memory region was unregistered")
+    def _memcpy(self, destination: int, source: int, count: int, kind: Any) -> None:
+        """One synchronous copy on this memory's device (nothing for no bytes); refused once it is closed."""
+        if not count:
+            return
+        runtime, _ = _bindings()
+        with self._lock:
+            if self._closed:
+                raise InvalidArgument("CUDA shared memory region was unregistered")
+            self._set_device()
+            _check(runtime.cudaMemcpy(destination, source, count, kind), "cudaMemcpy")
 
     def _set_device(self) -> None:
         runtime, _ = _bindings()
