@@ -3,7 +3,18 @@
 # example models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+# The interpreter: PYTHON if set, else the distribution's python3 where it can make a venv and build the native
+# edge (Debian's and Ubuntu's are built with PGO and LTO, as the container image's is), else python3 on PATH. A
+# CPython built without them (pyenv's default) ran our request path 17-29% slower (docs/benchmarks.md).
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c '
+import ensurepip, os, sys, sysconfig, venv
+sys.exit(sys.version_info < (3, 11) or not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
+' 2>/dev/null; then
+    PYTHON=/usr/bin/python3
+  fi
+fi
 # The native gRPC edge (setup.py) builds against Debian's libgrpc++; where it cannot be had, gRPC is served by
 # grpcio and the server says so when it starts.
 if ! pkg-config --exists grpc++ 2>/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
