@@ -89,7 +89,10 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool) ->
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if profiler:
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        stats = pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "tottime"))
+        stats.print_stats(int(os.environ.get("PROFILE_ROWS", "30")))
+        if os.environ.get("PROFILE_CALLERS"):
+            stats.print_callers(os.environ["PROFILE_CALLERS"])
     print(f"{model} c={concurrency}: {cpu / requests * 1e6:.1f} us of CPU per request, {requests / wall:.0f} "
           f"requests/s, statuses {statuses}", flush=True)
     os._exit(0)  # Python workers and executor threads end with the process

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,12 @@ def cpu_by_thread(pid: int) -> dict[str, float]:
     return {"main": main, "other threads": others, "children": children}
 
 
+def main_thread_wakeups(pid: int) -> int:
+    """How many times the main (event-loop) thread has gone to sleep and been woken so far."""
+    status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
+    return int(re.search(r"^voluntary_ctxt_switches:\s*(\d+)", status, re.M).group(1))
+
+
 def profile(label: str, protocol: str, command: list[str], port: int, url_path: str, body: tuple[Path, list[str]],
             stats_url: str | None = None, ready_port: int | None = None, only: str = "") -> None:
     if only not in label:
@@ -98,9 +105,10 @@ def profile(label: str, protocol: str, command: list[str], port: int, url_path: 
         load = ["taskset", "-c", "1", "h2load", *LOAD[protocol], "-d", str(path),
                 *(part for header in headers for part in ("-H", header)), f"http://127.0.0.1:{port}{url_path}"]
         subprocess.run([*load, "-n", "5000"], capture_output=True, check=True)  # warm-up
-        before, began = cpu_by_thread(server.pid), time.perf_counter()
+        before, began, woken = cpu_by_thread(server.pid), time.perf_counter(), main_thread_wakeups(server.pid)
         output = subprocess.run([*load, "-n", str(REQUESTS)], capture_output=True, text=True, check=True).stdout
         elapsed, after = time.perf_counter() - began, cpu_by_thread(server.pid)
+        woken = (main_thread_wakeups(server.pid) - woken) / REQUESTS
         batch = ""
         if stats_url:
             stats = httpx.get(stats_url, trust_env=False).json()["model_stats"][0]
@@ -108,7 +116,8 @@ def profile(label: str, protocol: str, command: list[str], port: int, url_path: 
         split = {part: (after[part] - before[part]) / REQUESTS * 1e6 for part in after}
         status = next((line.strip() for line in output.splitlines() if line.strip().startswith("status codes")), "")
         print(f"{label:34} {REQUESTS / elapsed:7.0f}/s  {sum(split.values()):6.0f} us/req  ("
-              + ", ".join(f"{part} {value:.0f}" for part, value in split.items()) + f"){batch}  [{status}]",
+              + ", ".join(f"{part} {value:.0f}" for part, value in split.items())
+              + f"){batch}  loop wake-ups/req {woken:.2f}  [{status}]",
               flush=True)
     finally:
         server.terminate()

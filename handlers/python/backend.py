@@ -132,7 +132,7 @@ class PythonBackendHandler(ModelHandler):
         worker = self.supervisor.hold_if_live()
         if worker is None:
             return None
-        return self._batch(worker, requests)
+        return self._batch(worker, requests, asyncio.get_running_loop())
 
     def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
         if self._runner is not None:
@@ -144,9 +144,11 @@ class PythonBackendHandler(ModelHandler):
             return [Unavailable(f"{self.label} is not available: {self.supervisor.down_reason}")] * len(requests)
         return self._batch(worker, requests).wait()
 
-    def _batch(self, worker: WorkerLink, requests: list[InferRequest]) -> WorkerBatch:
+    def _batch(self, worker: WorkerLink, requests: list[InferRequest],
+               loop: asyncio.AbstractEventLoop | None = None) -> WorkerBatch:
         try:
-            return WorkerBatch(self.supervisor, worker, self.in_flight, requests, self.timing, self.execute_timeout)
+            return WorkerBatch(self.supervisor, worker, self.in_flight, requests, self.timing, self.execute_timeout,
+                               loop)
         except BaseException:
             self.supervisor.release()
             raise
@@ -203,7 +205,7 @@ class PythonBackendHandler(ModelHandler):
         services = self.context.services
         if kind == "bls":
             request, decoupled = message[2], message[3]
-            inputs = [(ref.name, link.memory.array(ref, copy=True)) for ref in request["inputs"]]
+            inputs = [(ref[0], link.memory.array(ref, copy=True)) for ref in request["inputs"]]
             link.release(request["inputs"])
             async for result, final in bls.run(services, request, inputs, decoupled):
                 try:

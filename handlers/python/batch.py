@@ -56,57 +56,95 @@ def batch_message(key: Any, refs: list, request: InferRequest) -> tuple:
 
 
 class WorkerBatch:
-    """One batch sent to a held worker (see the module); the supervisor is released once it is settled."""
+    """One batch sent to a held worker (see the module); the supervisor is released once it is settled.
+
+    Begun with ``loop`` (the running loop, where :meth:`results` will await it), its answer resolves a loop future:
+    directly where the link reads on that loop, the common case, else through ``call_soon_threadsafe``.  Without,
+    :meth:`wait` waits for it in this thread."""
 
     def __init__(self, supervisor: WorkerSupervisor, worker: WorkerLink, in_flight: RequestsInFlight,
-                 requests: list[InferRequest], timing: ExecutionTiming, execute_timeout: float) -> None:
+                 requests: list[InferRequest], timing: ExecutionTiming, execute_timeout: float,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.supervisor, self.worker, self.in_flight, self.requests = supervisor, worker, in_flight, requests
         self.timing, self.execute_timeout = timing, execute_timeout
         self.started = time.perf_counter_ns()
         self.keys = in_flight.new_keys(len(requests))
         self.refs: list[list] = []
         self.unsent: ServingError | None = None
-        self.future: Future | None = None
         self.gone = ""
+        self.loop = loop
+        self._loop_thread = threading.get_ident()
+        self._waiter: asyncio.Future | Future = loop.create_future() if loop is not None else Future()
+        self._answer: tuple[Any, str | None] | None = None
+        self._abandoned = False
         messages = []
+        arena = worker.arena
         try:
             for key, request in zip(self.keys, requests, strict=True):
-                request_refs = [worker.arena.write(t.name, t.data, t.datatype) for t in request.inputs]
+                request_refs = [arena.write(t.name, t.data, t.datatype) for t in request.inputs]
                 self.refs.append(request_refs)
                 messages.append(batch_message(key, request_refs, request))
         except MemoryError as exc:
             for request_refs in self.refs:
-                worker.arena.free(request_refs)
+                arena.free(request_refs)
             self.unsent = Unavailable(f"{supervisor.label}: {exc}")
             return
-        in_flight.track(self.keys, requests, self.refs, worker.arena, supervisor.send_cancel)
+        in_flight.track(self.keys, requests, self.refs, arena, supervisor.send_cancel)
         self.prepared = time.perf_counter_ns()
         timing.input_ns += self.prepared - self.started
         try:
-            self.future = worker.execute(messages)
+            worker.execute(messages, self._settled)
         except WorkerGone as exc:
-            self.gone = str(exc)
+            self.gone = str(exc) or "the worker went away"
+
+    def _settled(self, answer: Any, gone: str | None) -> None:
+        """The link's word on this batch: its answer, or why its worker went away (wherever the link reads)."""
+        if self.loop is None:
+            self._waiter.set_result((answer, gone))
+        elif threading.get_ident() == self._loop_thread:
+            self._settled_on_loop(answer, gone)
+        else:
+            self.loop.call_soon_threadsafe(self._settled_on_loop, answer, gone)
+
+    def _settled_on_loop(self, answer: Any, gone: str | None) -> None:
+        self._answer = (answer, gone)
+        if self._abandoned:  # unloading stopped waiting: take the answer and drop it
+            self._drop(answer, gone)
+        elif not self._waiter.done():  # done: timed out, and failed by results()
+            self._waiter.set_result(None)
 
     # -- settled on the loop -----------------------------------------------------------------------------------------
     async def results(self) -> list[RequestResult]:
-        """The batch's results, awaited on the event loop."""
+        """The batch's results, awaited on the loop it was begun on.  A deadline on the loop's wheel bounds the wait
+        (not ``asyncio.wait_for``: a task and callbacks of its own per batch).  Failures are described in a thread
+        (killing a worker waits for it)."""
         if self.unsent is not None:
             self.supervisor.release()
             return [self.unsent] * len(self.requests)
-        future, self.future = self.future, None
-        if future is None:  # the worker went away as the batch was sent
+        if self.gone:  # the worker went away as the batch was sent
             return await asyncio.to_thread(self._fail, self.gone, "; it is being restarted")
+        waiter = self._waiter
+        timer = deadline_wheel().call_later(self.execute_timeout, self._expire)
         try:
-            answer, gone = await _on_loop(future, self.execute_timeout)
+            await waiter
         except asyncio.CancelledError:  # unloading: the answer, when it comes, is taken and dropped
-            future.add_done_callback(self._drop)
+            self._abandoned = True
+            if self._answer is not None:
+                self._drop(*self._answer)
             raise
         except TimeoutError:
             what = f"execute did not finish within {self.execute_timeout:g}s"
             return await asyncio.to_thread(self._fail, what, "; its worker is being restarted")
+        finally:
+            timer.cancel()
+        answer, gone = self._answer
         if gone is not None:
             return await asyncio.to_thread(self._fail, gone, "; it is being restarted")
         return self._answered(answer)
+
+    def _expire(self) -> None:
+        if not self._waiter.done():
+            self._waiter.set_exception(TimeoutError())
 
     # -- settled in a thread ---------------------------------------------------------------------------------------
     def wait(self) -> list[RequestResult]:
@@ -114,16 +152,15 @@ class WorkerBatch:
         if self.unsent is not None:
             self.supervisor.release()
             return [self.unsent] * len(self.requests)
-        future, self.future = self.future, None
-        if future is None:
+        if self.gone:
             return self._fail(self.gone, "; it is being restarted")
         try:
-            answer = future.result(self.execute_timeout)
+            answer, gone = self._waiter.result(self.execute_timeout)
         except TimeoutError:
             return self._fail(f"execute did not finish within {self.execute_timeout:g}s",
                               "; its worker is being restarted")
-        except WorkerGone as exc:
-            return self._fail(str(exc), "; it is being restarted")
+        if gone is not None:
+            return self._fail(gone, "; it is being restarted")
         return self._answered(answer)
 
     # -- either way --------------------------------------------------------------------------------------------------
@@ -148,47 +185,11 @@ class WorkerBatch:
             self.in_flight.untrack(self.requests)
             self.supervisor.release()
 
-    def _drop(self, future: Future) -> None:
-        """The answer of an abandoned batch (where the link reads): free what it holds, free the instance."""
+    def _drop(self, answer: Any, gone: str | None) -> None:
+        """The answer of an abandoned batch: free what it holds, free the instance."""
         try:
-            if future.exception() is None:
-                self.in_flight.collect(self.worker, self.keys, self.refs, future.result())
+            if gone is None:
+                self.in_flight.collect(self.worker, self.keys, self.refs, answer)
         finally:
             self.in_flight.untrack(self.requests)
             self.supervisor.release()
-
-
-def _on_loop(future: Future, timeout: float) -> asyncio.Future:
-    """A loop future of (answer, None), or (None, why) when the worker went away, or TimeoutError past
-    ``timeout`` seconds, that follows ``future`` without ever cancelling it (the link completes it, on the loop
-    or in its reader thread: a cancelled one would fail there). A deadline on the loop's wheel, not
-    ``asyncio.wait_for`` (a future and callbacks of its own per batch) nor a loop timer (a libuv handle each).
-
-    The failure comes as a value, not raised: a raised one would tie the dead worker's link (its pipes and
-    shared memory) into a traceback cycle until the cyclic collector ran.
-    """
-    loop = asyncio.get_running_loop()
-    loop_thread = threading.get_ident()
-    waiter = loop.create_future()
-
-    def settle(done: Future) -> None:
-        if waiter.done():  # cancelled, or timed out
-            return
-        timer.cancel()
-        error = done.exception()
-        waiter.set_result((None, str(error) or type(error).__name__) if error is not None else (done.result(), None))
-
-    def follow(done: Future) -> None:
-        if threading.get_ident() == loop_thread:  # the link reads on the loop: no wake-up needed
-            settle(done)
-        else:
-            loop.call_soon_threadsafe(settle, done)
-
-    def expire() -> None:
-        if not waiter.done():
-            waiter.set_exception(TimeoutError())
-
-    timer = deadline_wheel().call_later(timeout, expire)
-    waiter.add_done_callback(lambda _: timer.cancel())  # a cancelled wait (unloading) stops the timer too
-    future.add_done_callback(follow)
-    return waiter

@@ -13,16 +13,20 @@ import itertools
 import os
 import select
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Protocol
 
 from handlers.python.runner import RunnerSpec
 from handlers.python.template import worker_context
-from handlers.python.transport import Arena, PeerMemory, TensorRef, send_pickled
+from handlers.python.transport import INLINE, Arena, PeerMemory, TensorRef, send_pickled
 from handlers.python.worker import auto_complete_main, worker_main
 from runtime.errors import ModelLoadError
 
 RETURN_BATCH = 64
+# Told a batch's answer, wherever the link reads it: (answer, None), or (None, why) when the worker went away.
+BatchSettled = Callable[[Any, "str | None"], None]
 
 
 class LinkEvents(Protocol):
@@ -57,7 +61,7 @@ class WorkerLink:
         self._send_lock = threading.Lock()
         self._returned: list[TensorRef] = []  # the worker's memory we no longer use, told with the next message
         self._returned_lock = threading.RLock()  # a finalizer may run inside it (garbage collection)
-        self._batches: dict[int, Future] = {}
+        self._batches: dict[int, BatchSettled] = {}
         self._batch_ids = itertools.count(1)
         self._lock = threading.Lock()
         self._ready: Future = Future()
@@ -131,8 +135,11 @@ class WorkerLink:
 
     def borrow(self, refs: list[TensorRef]) -> list[tuple[str, Any]]:
         """The worker's tensors in place (no copy); each is returned to the worker once nothing uses it (told
-        with the next message, or at once past RETURN_BATCH of them)."""
-        return [(ref.name, self.memory.borrow(ref, lambda ref=ref: self._give_back(ref))) for ref in refs]
+        with the next message, or at once past RETURN_BATCH of them).  A small one came in the message: nothing
+        to return."""
+        memory = self.memory
+        return [(ref[0], memory.borrow(ref, _nothing_to_return if ref[3] == INLINE else partial(self._give_back, ref)))
+                for ref in refs]
 
     def _give_back(self, ref: TensorRef) -> None:
         """Runs wherever the last use of a borrowed tensor ends, even inside a send of this thread (garbage
@@ -149,21 +156,20 @@ class WorkerLink:
             finally:
                 self._send_lock.release()
 
-    def execute(self, requests: list[tuple]) -> Future:
-        """Send a batch; the future gets ("results", [...]) or ("executed",), or fails with WorkerGone."""
+    def execute(self, requests: list[tuple], settled: BatchSettled) -> None:
+        """Send a batch; ``settled`` is told its answer once (the results, None for a decoupled execute that
+        returned) where the link reads, or why the worker went away.  WorkerGone if it cannot be sent."""
         batch_id = next(self._batch_ids)
-        future: Future = Future()
         with self._lock:
             if self.gone:
                 raise WorkerGone(self.gone)
-            self._batches[batch_id] = future
+            self._batches[batch_id] = settled
         try:
             self.send(("execute", batch_id, requests))
         except OSError as exc:
             with self._lock:
                 self._batches.pop(batch_id, None)
             raise WorkerGone(str(exc) or type(exc).__name__) from None
-        return future
 
     def reply(self, call_id: int, payload: Any, final: bool = True) -> None:
         try:
@@ -245,9 +251,9 @@ class WorkerLink:
             self.memory.receive_segment(self.connection, message[1], message[2])
         elif kind in ("results", "executed"):
             with self._lock:
-                future = self._batches.pop(message[1], None)
-            if future is not None:
-                future.set_result(message[2] if kind == "results" else None)
+                settled = self._batches.pop(message[1], None)
+            if settled is not None:
+                settled(message[2] if kind == "results" else None, None)
         elif kind == "response":
             self.events.on_response(self, message[1], message[2], message[3])
         elif kind == "release":
@@ -269,11 +275,15 @@ class WorkerLink:
         with self._lock:
             self.gone = why
             pending, self._batches = self._batches, {}
-        for future in pending.values():
-            future.set_exception(WorkerGone(why))
+        for settled in pending.values():
+            settled(None, why)
         for waiter in (self._ready, self._finalized):
             if not waiter.done():
                 waiter.set_exception(WorkerGone(why))
+
+
+def _nothing_to_return() -> None:
+    pass
 
 
 def run_auto_complete(spec: RunnerSpec, config: dict, timeout: float) -> dict:

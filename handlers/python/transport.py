@@ -23,7 +23,6 @@ import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
-from typing import NamedTuple
 
 import numpy as np
 
@@ -42,18 +41,11 @@ def send_pickled(connection: Connection, message: tuple) -> None:
     connection.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
 
 
-class TensorRef(NamedTuple):
-    """Where one tensor lies in the sender's arena (or, for a small one, its bytes: ``inline``).
-
-    A tuple, so that pickling a message of many of them stays cheap."""
-
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    segment: int
-    offset: int
-    nbytes: int
-    inline: bytes | None = None
+# Where one tensor lies in the sender's arena: (name, datatype, shape, segment, offset, nbytes, inline), where
+# ``inline`` holds the bytes of a small tensor carried in the message itself (segment INLINE). A plain tuple, not a
+# NamedTuple: pickle writes and reads a plain one in C, where a NamedTuple calls Python for each tensor both ways
+# (a batch of eight add_sub requests' 16 tensors: 11.5 against 2.8 us to dump, 6.8 against 3.2 us to load).
+TensorRef = tuple[str, str, tuple[int, ...], int, int, int, bytes | None]
 
 
 def _align(size: int) -> int:
@@ -142,13 +134,13 @@ class Arena:
 
     def write(self, name: str, array: np.ndarray, datatype: str) -> TensorRef:
         """Copy a tensor into the arena (a small one into the reference itself)."""
-        shape = tuple(int(d) for d in array.shape)
+        shape = array.shape  # a tuple of Python ints
         if datatype != "BYTES" and array.nbytes <= INLINE_MAX_BYTES:
-            return TensorRef(name, datatype, shape, INLINE, 0, array.nbytes, array.tobytes())
+            return (name, datatype, shape, INLINE, 0, array.nbytes, array.tobytes())
         if datatype == "BYTES":
             data = serialize_bytes(array)
             if len(data) <= INLINE_MAX_BYTES:
-                return TensorRef(name, datatype, shape, INLINE, 0, len(data), bytes(data))
+                return (name, datatype, shape, INLINE, 0, len(data), bytes(data))
             segment, offset = self.allocate(len(data))
             self.segments[segment].view[offset : offset + len(data)] = data
             nbytes = len(data)
@@ -159,12 +151,12 @@ class Arena:
             if nbytes:
                 target = np.frombuffer(self.segments[segment].view, dtype=np.uint8, count=nbytes, offset=offset)
                 target[:] = source.reshape(-1).view(np.uint8)
-        return TensorRef(name, datatype, shape, segment, offset, nbytes)
+        return (name, datatype, shape, segment, offset, nbytes, None)
 
     def free(self, refs: list[TensorRef]) -> None:
-        for ref in refs:
-            if ref.segment != INLINE:
-                self.release(ref.segment, ref.offset, ref.nbytes)
+        for _, _, _, segment, offset, nbytes, _ in refs:
+            if segment != INLINE:
+                self.release(segment, offset, nbytes)
 
     def announce(self, connection: Connection, peer_pid: int) -> None:
         """Send the peer the descriptors of segments it has not got yet (before a message that uses them)."""
@@ -190,29 +182,31 @@ class PeerMemory:
 
     def array(self, ref: TensorRef, copy: bool = False) -> np.ndarray:
         """The tensor a reference points at: a writable view of the peer's memory (or a private copy)."""
-        if ref.segment == INLINE:
-            view, copy = memoryview(bytearray(ref.inline or b"")), False  # a private, writable copy already
+        name, datatype, shape, segment, offset, nbytes, inline = ref
+        if segment == INLINE:
+            view, copy = memoryview(bytearray(inline or b"")), False  # a private, writable copy already
         else:
-            view = self.segments[ref.segment].view[ref.offset : ref.offset + ref.nbytes]
-        if ref.datatype == "BYTES":
-            count = int(np.prod(ref.shape, dtype=np.int64))
-            return deserialize_bytes(view, count, ref.name).reshape(ref.shape)
-        array = np.frombuffer(view, dtype=wire_dtype(ref.datatype)).reshape(ref.shape)
+            view = self.segments[segment].view[offset : offset + nbytes]
+        if datatype == "BYTES":
+            count = int(np.prod(shape, dtype=np.int64))
+            return deserialize_bytes(view, count, name).reshape(shape)
+        array = np.frombuffer(view, dtype=wire_dtype(datatype)).reshape(shape)
         return array.copy() if copy else array
 
     def borrow(self, ref: TensorRef, release: Callable[[], None]) -> np.ndarray:
         """The tensor in place, without a copy; ``release`` runs once nothing refers to its memory any more
         (the array and every view of it gone), to let the peer reuse it.  BYTES are copied (and released);
         a tensor that came inline is read where it is (read-only) and has nothing to release."""
-        if ref.segment == INLINE:
-            if ref.datatype == "BYTES":
+        _, datatype, shape, segment, offset, nbytes, inline = ref
+        if segment == INLINE:
+            if datatype == "BYTES":
                 return self.array(ref)
-            return np.frombuffer(ref.inline or b"", dtype=wire_dtype(ref.datatype)).reshape(ref.shape)
-        if ref.datatype == "BYTES" or not ref.nbytes:
+            return np.frombuffer(inline or b"", dtype=wire_dtype(datatype)).reshape(shape)
+        if datatype == "BYTES" or not nbytes:
             array = self.array(ref, copy=True)
             release()
             return array
-        owner = _Borrowed(self.segments[ref.segment].map, ref, wire_dtype(ref.datatype))
+        owner = _Borrowed(self.segments[segment].map, offset, nbytes, shape, wire_dtype(datatype))
         weakref.finalize(owner, release)
         return np.asarray(owner)
 
@@ -225,7 +219,7 @@ class PeerMemory:
 class _Borrowed:
     """Owns a borrowed tensor's memory for numpy: arrays made from it (and their views) keep it alive."""
 
-    def __init__(self, segment: mmap.mmap, ref: TensorRef, dtype: np.dtype) -> None:
-        self.buffer = (ctypes.c_char * ref.nbytes).from_buffer(segment, ref.offset)
-        self.__array_interface__ = {"data": (ctypes.addressof(self.buffer), False), "shape": ref.shape,
+    def __init__(self, segment: mmap.mmap, offset: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.buffer = (ctypes.c_char * nbytes).from_buffer(segment, offset)
+        self.__array_interface__ = {"data": (ctypes.addressof(self.buffer), False), "shape": shape,
                                     "typestr": dtype.str, "version": 3}

@@ -58,7 +58,7 @@ def decode_result(result: Any, memory: PeerMemory, copy: bool) -> tuple[Any, lis
     if result is None or result[0] != "ok":
         return result, []
     _, refs, parameters = result
-    return ("ok", [(ref.name, memory.array(ref, copy=copy)) for ref in refs], parameters), list(refs)
+    return ("ok", [(ref[0], memory.array(ref, copy=copy)) for ref in refs], parameters), list(refs)
 
 
 class _Calls:
@@ -300,7 +300,7 @@ def _exit_when_orphaned(server_pid: int) -> None:
 
 
 def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list) -> None:
-    batch = [RequestData(key=key, inputs=[(ref.name, host.server_memory.array(ref)) for ref in refs],
+    batch = [RequestData(key=key, inputs=[(ref[0], host.server_memory.array(ref)) for ref in refs],
                          request_id=request_id, outputs=outputs, parameters=parameters, correlation_id=correlation,
                          flags=flags, timeout=timeout)
              for key, refs, request_id, outputs, parameters, correlation, flags, timeout, *_ in requests]

@@ -38,7 +38,7 @@ def test_tensors_round_trip_as_views_of_shared_memory():
     data = np.arange(3 * INLINE_MAX_BYTES, dtype=np.float32).reshape(3, -1)
     text = np.array([b"a" * INLINE_MAX_BYTES, b"", "ünï".encode()], dtype=object)
     refs = [arena.write("X", data, "FP32"), arena.write("T", text, "BYTES")]
-    assert all(ref.segment != INLINE for ref in refs)
+    assert all(segment != INLINE for _, _, _, segment, *_ in refs)
     memory = _pair(arena)
     view = memory.array(refs[0])
     np.testing.assert_array_equal(view, data)
@@ -54,7 +54,7 @@ def test_small_tensors_travel_inside_the_message_and_take_no_arena_space():
     data = np.arange(12, dtype=np.float32).reshape(3, 4)
     text = np.array([b"a", b"", "ünï".encode()], dtype=object)
     refs = [arena.write("X", data, "FP32"), arena.write("T", text, "BYTES")]
-    assert [ref.segment for ref in refs] == [INLINE, INLINE] and arena.in_use() == 0
+    assert [segment for _, _, _, segment, *_ in refs] == [INLINE, INLINE] and arena.in_use() == 0
     refs = pickle.loads(pickle.dumps(refs))  # as the connection carries them
     memory = PeerMemory()
     received = memory.array(refs[0])
