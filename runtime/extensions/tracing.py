@@ -36,6 +36,9 @@ _KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_fil
 _FIELD_OF = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count", "log_frequency": "log_frequency"}
 
 
+_OFF = ("OFF",)
+
+
 @dataclass(frozen=True)
 class TraceSettings:
     level: tuple[str, ...] = ("OFF",)
@@ -49,7 +52,7 @@ class TraceSettings:
 
     @property
     def on(self) -> bool:
-        return any(level != "OFF" for level in self.level)
+        return self.level != _OFF and any(level != "OFF" for level in self.level)  # asked on every request
 
     def as_json(self) -> dict[str, Any]:
         """As Triton's trace setting endpoints print them."""

@@ -83,9 +83,10 @@ class ModelVersion:
         if self.state is not ModelState.READY:
             return False
         scheduler = self.scheduler
-        if scheduler is None:
-            return any(instance.available for instance in self.instances)
-        return any(instance.available and not scheduler.is_overdue(instance) for instance in self.instances)
+        for instance in self.instances:  # a loop, not any(): asked two or three times per request
+            if instance.available and (scheduler is None or not scheduler.is_overdue(instance)):
+                return True
+        return False
 
     def status(self) -> tuple[str, str]:
         """(state, reason) as the repository index shows them: a READY version none of whose instances can serve

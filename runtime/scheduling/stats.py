@@ -74,7 +74,7 @@ class ModelStatistics:
 
     inference_count: int = 0
     execution_count: int = 0
-    last_inference_ms: int = 0
+    last_inference_ns: int = 0  # wall clock
     phases: dict[str, Duration] = field(default_factory=lambda: {p: Duration() for p in _PHASES})
     batches: dict[int, BatchStats] = field(default_factory=dict)
     failures: dict[FailureReason, int] = field(default_factory=lambda: dict.fromkeys(FailureReason, 0))
@@ -83,17 +83,26 @@ class ModelStatistics:
         default_factory=lambda: LatencyHistogram(RESPONSE_INTERVAL_BUCKETS_MS))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def __post_init__(self) -> None:
+        # the phases every request and execution adds to, held directly: recording is on every request's path
+        phases = self.phases
+        self._success, self._queue = phases["success"], phases["queue"]
+        self._computing = (phases["compute_input"], phases["compute_infer"], phases["compute_output"])
+
     def record_request(self, failure: FailureReason | None, total_ns: int, queue_ns: int, batch_size: int) -> None:
         """One request finished after ``total_ns`` (``queue_ns`` of it queued): ``failure`` None if it succeeded."""
-        ok = failure is None
         with self._lock:
-            self.phases["success" if ok else "fail"].add(total_ns)
-            if not ok:
-                self.failures[failure] += 1
-            if ok:
-                self.phases["queue"].add(queue_ns)
+            if failure is None:
+                success, queue = self._success, self._queue
+                success.count += 1
+                success.ns += total_ns
+                queue.count += 1
+                queue.ns += queue_ns
                 self.inference_count += batch_size
-            self.last_inference_ms = time.time_ns() // 1_000_000
+            else:
+                self.phases["fail"].add(total_ns)
+                self.failures[failure] += 1
+            self.last_inference_ns = time.time_ns()
 
     def record_cache_hit(self, lookup_ns: int, total_ns: int) -> None:
         """A request answered from the response cache after ``total_ns`` (``lookup_ns`` of it finding the answer):
@@ -102,7 +111,7 @@ class ModelStatistics:
             self.phases["success"].add(total_ns)
             self.phases["queue"].add(0)
             self.phases["cache_hit"].add(lookup_ns)
-            self.last_inference_ms = time.time_ns() // 1_000_000
+            self.last_inference_ns = time.time_ns()
 
     def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
         """A request the cache could not answer (``lookup_and_insert_ns`` spent looking and storing)."""
@@ -111,11 +120,18 @@ class ModelStatistics:
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int, requests: int) -> None:
         """One model execution of ``batch_size`` (summed over ``requests`` requests)."""
+        computing_input, computing_infer, computing_output = self._computing
         with self._lock:
             self.execution_count += 1
-            for phase, ns in (("compute_input", input_ns), ("compute_infer", infer_ns), ("compute_output", output_ns)):
-                self.phases[phase].add(ns, requests)
-            batch = self.batches.setdefault(batch_size, BatchStats())
+            computing_input.count += requests
+            computing_input.ns += input_ns
+            computing_infer.count += requests
+            computing_infer.ns += infer_ns
+            computing_output.count += requests
+            computing_output.ns += output_ns
+            batch = self.batches.get(batch_size)
+            if batch is None:
+                batch = self.batches[batch_size] = BatchStats()
             batch.compute_input.add(input_ns)
             batch.compute_infer.add(infer_ns)
             batch.compute_output.add(output_ns)
@@ -140,7 +156,7 @@ class ModelStatistics:
             return {
                 "name": name,
                 "version": str(version),
-                "last_inference": self.last_inference_ms,
+                "last_inference": self.last_inference_ns // 1_000_000,
                 "inference_count": self.inference_count,
                 "execution_count": self.execution_count,
                 "inference_stats": {phase: d.to_dict() for phase, d in self.phases.items()},
