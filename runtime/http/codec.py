@@ -314,7 +314,8 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> tupl
     outputs: list[dict] = []
     chunks: list[bytes] = []
     for tensor in response.outputs:
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        # the shape as it is: orjson writes a tuple as an array
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
         if tensor.in_shared_memory:  # written into the region the request named
             pass
         elif tensor.parameters.get("binary_data", binary_default):
