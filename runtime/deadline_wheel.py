@@ -133,10 +133,20 @@ class WheelTimeout:
 _WHEELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DeadlineWheel] = weakref.WeakKeyDictionary()
 
 
+_recent: tuple[weakref.ref, DeadlineWheel] | None = None  # the last loop asked for (weakly) and its wheel
+
+
 def deadline_wheel() -> DeadlineWheel:
-    """The running loop's wheel (made on first use; it holds no reference to the loop)."""
+    """The running loop's wheel (made on first use; it holds no reference to the loop).  Asked about twice per
+    request: the last loop's wheel is kept at hand, where a WeakKeyDictionary lookup makes a weak reference each
+    time."""
+    global _recent
     loop = asyncio.get_running_loop()
+    recent = _recent
+    if recent is not None and recent[0]() is loop:
+        return recent[1]
     wheel = _WHEELS.get(loop)
     if wheel is None:
         wheel = _WHEELS[loop] = DeadlineWheel()
+    _recent = (weakref.ref(loop), wheel)
     return wheel
