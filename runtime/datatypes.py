@@ -33,7 +33,7 @@ _DATATYPE_BY_NUMPY: dict[np.dtype, str] = {v: k for k, v in _NUMPY_BY_DATATYPE.i
 
 DATATYPES: frozenset[str] = frozenset(_NUMPY_BY_DATATYPE)
 # The little-endian (wire order) dtype of each fixed-size datatype.
-_WIRE_DTYPE: dict[str, np.dtype] = {k: v.newbyteorder("<") for k, v in _NUMPY_BY_DATATYPE.items() if k != "BYTES"}
+WIRE_DTYPES: dict[str, np.dtype] = {k: v.newbyteorder("<") for k, v in _NUMPY_BY_DATATYPE.items() if k != "BYTES"}
 
 # Largest number of elements we accept in one tensor (guards shape-product overflow).
 MAX_ELEMENTS = 1 << 40
@@ -61,7 +61,7 @@ def numpy_dtype(datatype: str) -> np.dtype:
 def wire_dtype(datatype: str) -> np.dtype:
     """The little-endian numpy dtype of a fixed-size V2 datatype (InvalidArgument if there is none)."""
     try:
-        return _WIRE_DTYPE[datatype]
+        return WIRE_DTYPES[datatype]
     except KeyError:
         raise InvalidArgument(f"unsupported datatype '{datatype}'") from None
 

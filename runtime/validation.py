@@ -54,6 +54,11 @@ def validate_request(spec: ModelSpec, request: InferRequest) -> int:
     """Validate inputs and requested outputs, turning raw input bytes into arrays; returns the batch size
     (1 without batching)."""
     model = spec.name
+    batch = _exact_batch_size(spec, request)
+    if batch is not None:
+        if request.outputs:
+            _check_outputs(spec, request, request_label(request))
+        return batch
     label = request_label(request)
     if request.raw_input:
         _deduce_raw_input(spec, request, label)
@@ -62,14 +67,7 @@ def validate_request(spec: ModelSpec, request: InferRequest) -> int:
         if tensor.name in seen:
             raise InvalidArgument(f"{label}input '{tensor.name}' already exists in request")
         seen.add(tensor.name)
-    for output in request.outputs:
-        declared_output = spec.output(output.name)
-        if declared_output is None and spec.outputs:
-            raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model}'")
-        if output.parameters and requested_count(output.parameters) and declared_output is not None \
-                and declared_output.datatype == "BYTES":
-            raise InvalidArgument(f"{label}output '{output.name}' of model '{model}' is BYTES: classification "
-                                  "needs numeric scores")
+    _check_outputs(spec, request, label)
     inputs = list(reversed(request.inputs))  # Triton's iteration order
     required = [t for t in spec.inputs if not t.optional]
     if len(inputs) > len(spec.inputs) or len(inputs) < len(required):
@@ -98,6 +96,48 @@ def validate_request(spec: ModelSpec, request: InferRequest) -> int:
     for tensor in inputs:
         _materialize(spec, tensor, label)
     return max(batch, 1) if spec.max_batch_size > 0 else 1
+
+
+def _check_outputs(spec: ModelSpec, request: InferRequest, label: str) -> None:
+    model = spec.name
+    for output in request.outputs:
+        declared_output = spec.output(output.name)
+        if declared_output is None and spec.outputs:
+            raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model}'")
+        if output.parameters and requested_count(output.parameters) and declared_output is not None \
+                and declared_output.datatype == "BYTES":
+            raise InvalidArgument(f"{label}output '{output.name}' of model '{model}' is BYTES: classification "
+                                  "needs numeric scores")
+
+
+def _exact_batch_size(spec: ModelSpec, request: InferRequest) -> int | None:
+    """The common request, checked in one pass: every declared input once, as raw bytes of its declared datatype,
+    shape and byte size, the batch within bounds; its inputs then become arrays and the batch size is returned.
+    None (nothing changed) for any other request: the full checks below decide it, and word the error."""
+    exact = spec.exact_inputs
+    inputs = request.inputs
+    if not exact or len(inputs) != len(exact) or request.raw_input:
+        return None
+    batched = spec.max_batch_size > 0
+    batch = -1
+    for tensor in inputs:
+        declared = exact.get(tensor.name)
+        shape = tensor.shape
+        if declared is None or declared[0] != tensor.datatype or tensor.raw is None or type(shape) is not tuple:
+            return None
+        if batched:
+            if not shape or shape[1:] != declared[1] or not 0 <= shape[0] <= spec.max_batch_size \
+                    or (batch != -1 and shape[0] != batch) or len(tensor.raw) != shape[0] * declared[3]:
+                return None
+            batch = shape[0]
+        elif shape != declared[1] or len(tensor.raw) != declared[3]:
+            return None
+    if len({tensor.name for tensor in inputs}) != len(inputs):
+        return None
+    for tensor in inputs:
+        tensor.data = np.frombuffer(tensor.raw, dtype=exact[tensor.name][2]).reshape(tensor.shape)
+        tensor.raw = None
+    return max(batch, 1) if batched else 1
 
 
 def _deduce_raw_input(spec: ModelSpec, request: InferRequest, label: str) -> None:

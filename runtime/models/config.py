@@ -8,12 +8,14 @@ endpoints and the Python backend's ``args["model_config"]``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from runtime.datatypes import DATATYPES, config_type_to_datatype
+from runtime.datatypes import DATATYPES, WIRE_DTYPES, config_type_to_datatype
 from runtime.errors import ModelLoadError
 from runtime.models.config_support import check_supported
 from runtime.protocol import model_config_pb2
@@ -139,6 +141,11 @@ class ModelSpec:
     response_cache: bool = False  # response_cache { enable: true }
     sequence: SequenceSpec | None = None  # sequence_batching (a stateful model)
     ignored_fields: tuple[str, ...] = ()  # warnings: config fields set that are not honoured (config_support)
+    # name -> (datatype, dims, numpy dtype, bytes per batch row) of every input when all are required, fully
+    # shaped and of fixed-size datatypes (else empty): a request that matches exactly is validated in a few
+    # comparisons per input (validation.py)
+    exact_inputs: dict[str, tuple[str, tuple[int, ...], np.dtype, int]] = field(
+        init=False, repr=False, compare=False, default_factory=dict)
 
     @property
     def is_ensemble(self) -> bool:
@@ -147,6 +154,10 @@ class ModelSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
         object.__setattr__(self, "_outputs_by_name", {t.name: t for t in self.outputs})
+        if all(not t.optional and -1 not in t.dims and t.datatype in WIRE_DTYPES for t in self.inputs):
+            object.__setattr__(self, "exact_inputs", {
+                t.name: (t.datatype, tuple(t.dims), WIRE_DTYPES[t.datatype],
+                         math.prod(t.dims) * WIRE_DTYPES[t.datatype].itemsize) for t in self.inputs})
 
     def input(self, name: str) -> TensorSpec | None:
         return self._inputs_by_name.get(name)
