@@ -332,45 +332,34 @@ class InferenceService:
         """The response built from a model's outputs; ``complete``: every requested output must be there
         (a decoupled model's responses may each carry some of them)."""
         spec = model.spec
-        wanted = _in_config_order(spec, request.outputs) or [RequestedOutput(n) for n in _output_names(spec, arrays)]
+        wanted = (_in_config_order(spec, request.outputs) if request.outputs
+                  else [(name, None) for name in _output_names(spec, arrays)])
         outputs: list[InferTensor] = []
-        for requested in wanted:
-            array = arrays.get(requested.name)
+        for name, parameters in wanted:
+            array = arrays.get(name)
             if array is None and not complete:
                 continue
             if array is None:
-                raise InternalError(f"model '{spec.name}' did not produce output '{requested.name}'")
-            declared = spec.output(requested.name)
-            if declared is not None and declared.reshape is not None and declared.dims.count(-1) <= 1:
-                batch = [array.shape[0]] if spec.max_batch_size > 0 else []
-                array = array.reshape(batch + list(declared.dims))
-            if requested.parameters and (count := requested_count(requested.parameters)):
-                array = classify(array, count, model.labels.get(requested.name, []), spec.max_batch_size > 0)
-            outputs.append(
-                InferTensor(
-                    name=requested.name,
-                    datatype=datatype_of(array),
-                    shape=array.shape,  # numpy's shape: a tuple of ints already
-                    data=array,
-                    parameters=dict(requested.parameters) if requested.parameters else {},
-                )
-            )
-        return InferResponse(
-            model_name=spec.name,
-            model_version=str(model.version),
-            id=request.id,
-            outputs=outputs,
-            parameters=dict(getattr(arrays, "parameters", {})),
-        )
+                raise InternalError(f"model '{spec.name}' did not produce output '{name}'")
+            if name in spec.reshaped_outputs:
+                declared = spec.output(name)
+                if declared.dims.count(-1) <= 1:
+                    batch = [array.shape[0]] if spec.max_batch_size > 0 else []
+                    array = array.reshape(batch + list(declared.dims))
+            if parameters and (count := requested_count(parameters)):
+                array = classify(array, count, model.labels.get(name, []), spec.max_batch_size > 0)
+            # numpy's shape: a tuple of ints already
+            outputs.append(InferTensor(name, datatype_of(array), array.shape, array, dict(parameters) if parameters
+                                       else {}))
+        return InferResponse(spec.name, str(model.version), request.id, outputs,
+                             dict(getattr(arrays, "parameters", {})))
 
 
-def _in_config_order(spec: ModelSpec, requested: list[RequestedOutput]) -> list[RequestedOutput]:
-    """Requested outputs once each, in the order the config lists them (as Triton answers)."""
-    if not requested:
-        return []
-    by_name = {output.name: output for output in requested}
-    ordered = [by_name.pop(t.name) for t in spec.outputs if t.name in by_name]
-    return ordered + list(by_name.values())
+def _in_config_order(spec: ModelSpec, requested: list[RequestedOutput]) -> list[tuple[str, dict]]:
+    """Requested outputs once each, in the order the config lists them (as Triton answers): (name, parameters)."""
+    by_name = {output.name: output.parameters for output in requested}
+    ordered = [(t.name, by_name.pop(t.name)) for t in spec.outputs if t.name in by_name]
+    return ordered + list(by_name.items())
 
 
 def _output_names(spec: ModelSpec, arrays: dict[str, np.ndarray]) -> list[str]:

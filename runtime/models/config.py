@@ -146,6 +146,7 @@ class ModelSpec:
     # comparisons per input (validation.py)
     exact_inputs: dict[str, tuple[str, tuple[int, ...], np.dtype, int]] = field(
         init=False, repr=False, compare=False, default_factory=dict)
+    reshaped_outputs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
 
     @property
     def is_ensemble(self) -> bool:
@@ -154,6 +155,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
         object.__setattr__(self, "_outputs_by_name", {t.name: t for t in self.outputs})
+        object.__setattr__(self, "reshaped_outputs", frozenset(t.name for t in self.outputs if t.reshape is not None))
         if all(not t.optional and -1 not in t.dims and t.datatype in WIRE_DTYPES for t in self.inputs):
             object.__setattr__(self, "exact_inputs", {
                 t.name: (t.datatype, tuple(t.dims), WIRE_DTYPES[t.datatype],
