@@ -10,7 +10,7 @@ import pytest
 
 from examples.build_models import build_add_sub_onnx
 from runtime.errors import InvalidArgument, NotFound
-from runtime.types import InferRequest, InferTensor
+from runtime.types import InferRequest, InferTensor, RequestedOutput
 from tests.conftest import ONNX_ADD_SUB_CONFIG
 from tests.in_process import core, rest
 from tests.support import write_model
@@ -67,4 +67,28 @@ def test_rest_routes_over_the_core(repository):
             assert answer.json()["outputs"][0]["data"] == [2 * i for i in range(16)]
             missing = await client.post("/v2/models/nonexistent/infer", json=body)
             assert missing.status_code == 404 and "unknown model" in missing.json()["error"]
+    asyncio.run(main())
+
+
+def test_answers_follow_the_configs_output_order_and_reshape(tmp_path):
+    root = tmp_path / "models"
+    config = ONNX_ADD_SUB_CONFIG.replace('OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]',
+                                         'OUTPUT1" data_type: TYPE_INT32 dims: [ 4, 4 ] reshape: { shape: [ 16 ] }')
+    write_model(root, "shaped", config)
+    build_add_sub_onnx(root / "shaped" / "1" / "model.onnx", datatype="INT32")
+
+    async def main():
+        async with core(root) as service:
+            request = _request()
+            request.model_name = "shaped"
+            request.outputs = [RequestedOutput("OUTPUT1"), RequestedOutput("OUTPUT0", {"binary_data": True})]
+            response = await service.infer(request)
+            assert [(t.name, t.shape, t.parameters) for t in response.outputs] == [
+                ("OUTPUT0", (2, 16), {"binary_data": True}), ("OUTPUT1", (2, 4, 4), {})]
+            request = _request()
+            request.model_name = "shaped"
+            response = await service.infer(request)  # no outputs named: every one, in the config's order
+            assert [(t.name, t.shape, t.parameters) for t in response.outputs] == [
+                ("OUTPUT0", (2, 16), {}), ("OUTPUT1", (2, 4, 4), {})]
+            np.testing.assert_array_equal(response.outputs[1].data.reshape(2, 16), np.zeros((2, 16), np.int32))
     asyncio.run(main())
