@@ -31,7 +31,8 @@ def to_result(result: Result | None) -> RequestResult:
         return RESCHEDULE
     if result[0] == "ok":
         arrays = {name: as_bytes_array(a) if a.dtype == np.object_ else a for name, a in result[1]}
-        return ModelOutputs(arrays, json.loads(result[2]) if result[2] and result[2] != "{}" else {})
+        parameters = result[2]
+        return ModelOutputs(arrays, json.loads(parameters) if parameters and parameters != "{}" else None)
     _, message, status = result
     return ServingError(message, Status(status))
 
@@ -89,12 +90,15 @@ class RequestsInFlight:
         """A worker's answer to a batch as the scheduler takes it; inputs freed unless a stream still needs them."""
         if answer is None:  # a decoupled execute returned: responses come through the streams
             return self.decoupled_results(keys)
+        arena, streams = worker.arena, self._streams
         results = []
         for key, request_refs, encoded in zip(keys, refs, answer, strict=True):
             result = borrowed(encoded, worker)
-            if key not in self._streams:
-                worker.arena.free(request_refs)
-            results.append(self.result(key, result))
+            if key in streams:
+                results.append(self.result(key, result))
+            else:
+                arena.free(request_refs)
+                results.append(to_result(result))
         return results
 
     def result(self, key: Any, result: Result | None) -> RequestResult:

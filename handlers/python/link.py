@@ -15,12 +15,11 @@ import select
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from functools import partial
 from typing import Any, Protocol
 
 from handlers.python.runner import RunnerSpec
 from handlers.python.template import worker_context
-from handlers.python.transport import INLINE, Arena, PeerMemory, TensorRef, send_pickled
+from handlers.python.transport import Arena, PeerMemory, TensorRef, send_pickled
 from handlers.python.worker import auto_complete_main, worker_main
 from runtime.errors import ModelLoadError
 
@@ -137,9 +136,7 @@ class WorkerLink:
         """The worker's tensors in place (no copy); each is returned to the worker once nothing uses it (told
         with the next message, or at once past RETURN_BATCH of them).  A small one came in the message: nothing
         to return."""
-        memory = self.memory
-        return [(ref[0], memory.borrow(ref, _nothing_to_return if ref[3] == INLINE else partial(self._give_back, ref)))
-                for ref in refs]
+        return self.memory.borrow_all(refs, self._give_back)
 
     def _give_back(self, ref: TensorRef) -> None:
         """Runs wherever the last use of a borrowed tensor ends, even inside a send of this thread (garbage
@@ -280,10 +277,6 @@ class WorkerLink:
         for waiter in (self._ready, self._finalized):
             if not waiter.done():
                 waiter.set_exception(WorkerGone(why))
-
-
-def _nothing_to_return() -> None:
-    pass
 
 
 def run_auto_complete(spec: RunnerSpec, config: dict, timeout: float) -> dict:

@@ -21,12 +21,13 @@ import pickle
 import threading
 import weakref
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
 
 import numpy as np
 
-from runtime.datatypes import deserialize_bytes, serialize_bytes, wire_dtype
+from runtime.datatypes import WIRE_DTYPES, deserialize_bytes, serialize_bytes, wire_dtype
 
 ALIGNMENT = 64
 DEFAULT_INITIAL_BYTES = 1 << 20
@@ -192,6 +193,18 @@ class PeerMemory:
             return deserialize_bytes(view, count, name).reshape(shape)
         array = np.frombuffer(view, dtype=wire_dtype(datatype)).reshape(shape)
         return array.copy() if copy else array
+
+    def borrow_all(self, refs: list[TensorRef], release: Callable[[TensorRef], None]) -> list[tuple[str, np.ndarray]]:
+        """Each tensor by name, borrowed (:meth:`borrow`; ``release(ref)`` once one is unused).  A small numeric one
+        that came inline is read right here: one call per answer, not one per tensor."""
+        borrowed = []
+        for ref in refs:
+            name, datatype, shape, segment, _, _, inline = ref
+            if segment == INLINE and datatype != "BYTES":
+                borrowed.append((name, np.frombuffer(inline or b"", dtype=WIRE_DTYPES[datatype]).reshape(shape)))
+            else:
+                borrowed.append((name, self.borrow(ref, partial(release, ref))))
+        return borrowed
 
     def borrow(self, ref: TensorRef, release: Callable[[], None]) -> np.ndarray:
         """The tensor in place, without a copy; ``release`` runs once nothing refers to its memory any more
