@@ -75,7 +75,7 @@ class InferRoute:
         if self.service.is_decoupled(name, version):  # answered before the body is read
             raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
         content_length, encoding, accept_encoding, header_length, traceparent = _read_headers(scope)
-        declared = _declared_json_bytes(content_length, header_length)
+        declared = _declared_json_bytes(content_length, header_length) if _may_exceed(content_length) else 0
         budgeted = self.json_budget.take(declared) if declared > _OFFLOAD_BYTES else 0
         try:
             chunks = await receive_asgi_body(receive, content_length, self.max_body_bytes, self.body_timeout)
@@ -116,6 +116,11 @@ def _decode(chunks: list[bytes], encoding: str, limit: int, header_length: str |
 
 async def _off_loop(function, *args):
     return await asyncio.get_running_loop().run_in_executor(_LARGE_BODIES, function, *args)
+
+
+def _may_exceed(content_length: str | None) -> bool:
+    """Whether a body may be past ``_OFFLOAD_BYTES``: unknown length, or a Content-Length of seven digits or more."""
+    return content_length is None or len(content_length) > len(str(_OFFLOAD_BYTES)) - 1
 
 
 def _declared_json_bytes(content_length: str | None, header_length: str | None) -> int:

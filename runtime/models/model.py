@@ -167,7 +167,8 @@ class ModelVersion:
         started = time.perf_counter_ns()
         failure, queue_ns = FailureReason.OTHER, 0
         self._in_flight += 1
-        self._drained.clear()
+        if self._in_flight == 1:
+            self._drained.clear()
         try:
             try:
                 result, queue_ns = await self.scheduler.submit(request, batch_size)

@@ -141,7 +141,7 @@ class Scheduler:
         caller = request.caller_execution
         if caller:
             self._waits.wait(caller, self)  # refused here if the caller could only wait forever
-        item = QueuedRequest(request, batch_size, batch_signature(request, self.batching),
+        item = QueuedRequest(request, batch_size, batch_signature(request, self.batching) if self.concatenate else (),
                              asyncio.get_running_loop().create_future(), level)
         self._note_arrival(batch_size)
         if request.trace is not None:
