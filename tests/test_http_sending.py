@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
 import pytest
 
 from runtime.errors import Unavailable
@@ -19,7 +20,7 @@ def test_the_bound_refuses_a_new_answer_when_no_sender_is_stalled():
             unsent.admit(50)  # the first is sending, not stalled: nothing may be cut off
         first.waiting_since = time.monotonic() - 2  # now stalled on a chunk for 2 s
         unsent.admit(50)
-        assert first.cut.is_set()
+        assert first.cut
         unsent.release(first)
         assert unsent.in_use == 50
 
@@ -57,3 +58,16 @@ def test_a_large_answer_past_the_bound_is_a_503():
     start, body = _sent(b"x" * (CHUNK_BYTES + 1), UnsentBytes(limit=CHUNK_BYTES))
     assert start["status"] == 503
     assert body["body"].startswith(b'{"error":"0 bytes of answers are waiting')
+
+
+def test_an_answer_given_in_parts_is_sent_as_their_join():
+    """The parts (a JSON header, tensors read in place) are cut into chunks across their boundaries."""
+    header, tensor = b'{"outputs":[]}', np.arange(CHUNK_BYTES // 2, dtype=np.float32)
+    parts = [header, memoryview(tensor).cast("B"), b"tail"]
+    start, *chunks = _sent(parts, UnsentBytes())
+    joined = header + tensor.tobytes() + b"tail"
+    assert dict(start["headers"])[b"content-length"] == str(len(joined)).encode()
+    assert [len(c["body"]) for c in chunks] == [CHUNK_BYTES, CHUNK_BYTES, len(joined) - 2 * CHUNK_BYTES]
+    assert all(type(c["body"]) is bytes for c in chunks) and b"".join(c["body"] for c in chunks) == joined
+    small = _sent([header, b"x"], UnsentBytes())
+    assert small[1] == {"type": "http.response.body", "body": header + b"x"}

@@ -311,6 +311,14 @@ def _decode_header(
 
 def encode_infer_response(response: InferResponse, binary_default: bool) -> tuple[bytes, int | None]:
     """Encode a response; returns the body and the JSON header length if binary data follows."""
+    parts, json_length = encode_infer_response_parts(response, binary_default)
+    return parts[0] if len(parts) == 1 else b"".join(parts), json_length
+
+
+def encode_infer_response_parts(response: InferResponse,
+                                binary_default: bool) -> tuple[list[bytes | memoryview], int | None]:
+    """:func:`encode_infer_response`'s body as the parts it is joined from: the JSON header, then each binary
+    output read in place (sent as they are, a large answer is copied once, into its chunks)."""
     outputs: list[dict] = []
     chunks: list[bytes] = []
     for tensor in response.outputs:
@@ -333,5 +341,5 @@ def encode_infer_response(response: InferResponse, binary_default: bool) -> tupl
     message["outputs"] = outputs
     header = dumps(message)
     if not chunks:
-        return header, None
-    return b"".join([header, *chunks]), len(header)
+        return [header], None
+    return [header, *chunks], len(header)

@@ -23,8 +23,8 @@ from runtime.api import InferenceApi
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import Cancelled, ServingError, Unsupported
 from runtime.http.body import ByteBudget, assemble_body, compress, receive_asgi_body
-from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
-from runtime.http.sending import UnsentBytes, send_answer
+from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response_parts
+from runtime.http.sending import Part, UnsentBytes, send_answer
 from runtime.http.status import error_body, error_status
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class InferRoute:
         await send_answer(send, status, headers, body, self.unsent)
 
     async def _infer(self, scope: Scope, receive: Receive, name: str,
-                     version: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+                     version: str) -> tuple[int, list[tuple[bytes, bytes]], bytes | list[Part]]:
         if self.service.is_decoupled(name, version):  # answered before the body is read
             raise Unsupported("HTTP end point doesn't support models with decoupled transaction policy")
         content_length, encoding, accept_encoding, header_length, traceparent = _read_headers(scope)
@@ -135,13 +135,16 @@ def _number(text: str | None) -> int:
     return int(text) if text.isascii() and text.isdigit() else 0
 
 
-def _encode(response, binary_default: bool, accept_encoding: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """Status, headers and body of an infer answer."""
-    payload, json_length = encode_infer_response(response, binary_default)
+def _encode(response, binary_default: bool,
+            accept_encoding: str) -> tuple[int, list[tuple[bytes, bytes]], bytes | list[Part]]:
+    """Status, headers and body of an infer answer: the body's parts as they lie, unless it is compressed."""
+    parts, json_length = encode_infer_response_parts(response, binary_default)
     headers = [(b"content-type", b"application/octet-stream" if json_length is not None else _JSON)]
     if json_length is not None:
         headers.append((_HEADER_LENGTH, str(json_length).encode()))
-    payload, encoding = compress(payload, accept_encoding)
+    if not accept_encoding:
+        return 200, headers, parts
+    payload, encoding = compress(b"".join(parts), accept_encoding)
     if encoding:
         headers.append((b"content-encoding", encoding.encode()))
     return 200, headers, payload

@@ -15,18 +15,20 @@ larger than ``CHUNK_BYTES`` is therefore sent in chunks (granian applies back-pr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from starlette.types import Send
 
+from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import Unavailable
 from runtime.http.status import error_body
 
 logger = logging.getLogger(__name__)
 
+Part = bytes | memoryview  # a piece of an answer's body, read where it lies
 CHUNK_BYTES = 256 * 1024
 STALLED_SECONDS = 1.0
 DEFAULT_SEND_TIMEOUT = 30.0
@@ -36,8 +38,16 @@ DEFAULT_MAX_UNSENT_BYTES = 1 << 30
 @dataclass(eq=False)
 class _Sending:
     size: int
-    cut: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None  # the task sending it
+    cut: bool = False  # cut off to make room for other answers
     waiting_since: float = 0.0  # when its current chunk was handed over (0: none waits)
+
+    def cut_off(self) -> None:
+        """Stop this answer: its sender, waiting on a chunk, is cancelled and returns (see :func:`send_answer`)."""
+        if not self.cut:
+            self.cut = True
+            if self.waiting_since and self.task is not None:
+                self.task.cancel()
 
 
 class UnsentBytes:
@@ -54,12 +64,12 @@ class UnsentBytes:
         if self.in_use + size > self.limit:
             now = time.monotonic()
             stalled = sorted((s for s in self._sending if s.waiting_since and now - s.waiting_since > STALLED_SECONDS
-                              and not s.cut.is_set()), key=lambda s: s.waiting_since)
+                              and not s.cut), key=lambda s: s.waiting_since)
             freed = 0
             for sending in stalled:
                 if self.in_use - freed + size <= self.limit:
                     break
-                sending.cut.set()
+                sending.cut_off()
                 freed += sending.size
             if self.in_use - freed + size > self.limit:
                 raise Unavailable(f"{self.in_use} bytes of answers are waiting for clients to read them (budget "
@@ -75,46 +85,76 @@ class UnsentBytes:
             self.in_use -= sending.size
 
 
-async def send_answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+async def send_answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes | list[Part],
                       budget: UnsentBytes) -> None:
-    """Send an answer as ASGI messages (``headers`` lower-case, Content-Length added); a body over ``CHUNK_BYTES``
-    in chunks within ``budget``'s send timeout and byte bound (see the module)."""
-    headers = [(b"content-length", str(len(body)).encode()), *headers]
-    if len(body) <= CHUNK_BYTES:
+    """Send an answer as ASGI messages (``headers`` lower-case, Content-Length added); ``body`` whole, or as the
+    parts it is joined from (an answer's JSON header and its tensors, read in place).  A body over ``CHUNK_BYTES``
+    goes in chunks cut straight from the parts, within ``budget``'s send timeout and byte bound (see the module)."""
+    parts = [body] if isinstance(body, bytes) else body
+    size = sum(len(part) for part in parts)
+    headers = [(b"content-length", str(size).encode()), *headers]
+    if size <= CHUNK_BYTES:
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.body", "body": body if isinstance(body, bytes) else b"".join(parts)})
         return
     try:
-        sending = budget.admit(len(body))
+        sending = budget.admit(size)
     except Unavailable as exc:  # nothing sent yet: the answer is a 503 instead (small: sent whole)
         await send_answer(send, 503, [(b"content-type", b"application/json")], error_body(exc.message), budget)
         return
-    cut = asyncio.ensure_future(sending.cut.wait())
+    sending.task = asyncio.current_task()
     try:
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        for start in range(0, len(body), CHUNK_BYTES):
-            last = start + CHUNK_BYTES >= len(body)
+        sent = 0
+        for chunk in _chunks(parts):
+            sent += len(chunk)
             # bytes, not a memoryview: granian takes bytes as they are, other buffers element by element
-            message = {"type": "http.response.body", "body": body[start:start + CHUNK_BYTES], "more_body": not last}
-            if not await _send_chunk(send, message, sending, cut, budget.send_timeout):
+            message = {"type": "http.response.body", "body": chunk, "more_body": sent < size}
+            if not await _send_chunk(send, message, sending, budget.send_timeout):
                 return  # returning before the last chunk makes granian close the connection
     finally:
-        cut.cancel()
+        sending.task = None
         budget.release(sending)
 
 
-async def _send_chunk(send: Send, message: dict, sending: _Sending, cut: asyncio.Future, timeout: float) -> bool:
-    """Send one chunk; False when the client took nothing for ``timeout`` seconds, or was cut off."""
-    sending.waiting_since = time.monotonic()
-    chunk = asyncio.ensure_future(send(message))
-    done, _ = await asyncio.wait({chunk, cut}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    sending.waiting_since = 0.0
-    if chunk in done:
-        chunk.result()
-        return True
-    chunk.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await chunk
-    why = "to make room for other answers" if cut in done else f"after {timeout:g}s"
+def _chunks(parts: list[Part]) -> Iterator[bytes]:
+    """``CHUNK_BYTES`` at a time of the parts joined, each chunk copied once from the parts it spans."""
+    pending: list[Part] = []
+    pending_size = 0
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view:
+            taken = view[:CHUNK_BYTES - pending_size]
+            view = view[len(taken):]
+            pending.append(taken)
+            pending_size += len(taken)
+            if pending_size == CHUNK_BYTES:
+                yield b"".join(pending)
+                pending, pending_size = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
+async def _send_chunk(send: Send, message: dict, sending: _Sending, timeout: float) -> bool:
+    """Send one chunk; False when the client took nothing for ``timeout`` seconds, or was cut off.  The wait is
+    bounded by the loop's deadline wheel and a cut-off cancels this task: no task, future or timer of its own."""
+    if sending.cut:
+        why = "to make room for other answers"
+    else:
+        sending.waiting_since = time.monotonic()
+        try:
+            with deadline_wheel().timeout(timeout):
+                await send(message)
+            return True
+        except TimeoutError:
+            why = f"after {timeout:g}s"
+        except asyncio.CancelledError:
+            if not sending.cut:  # the server's own cancellation
+                raise
+            assert sending.task is not None
+            sending.task.uncancel()
+            why = "to make room for other answers"
+        finally:
+            sending.waiting_since = 0.0
     logger.warning("a client that stopped reading its %d-byte answer was cut off %s", sending.size, why)
     return False
