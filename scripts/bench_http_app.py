@@ -2,6 +2,8 @@
 
     .venv/bin/python -m scripts.bench_http_app [--model add_sub_onnx] [--requests 20000] [--concurrency 32]
     .venv/bin/python -m scripts.bench_http_app --profile      # the same under cProfile, by own time
+    PROFILE_ROWS=60 PROFILE_SORT=ncalls PROFILE_CALLERS=get_running_loop ... --profile   # more rows, another
+                                                               # order, who calls a function
 
 Drives ``create_http_app`` with ASGI messages (tritonclient's binary add_sub request, the answer discarded) on
 uvloop, ``--concurrency`` requests at a time, and prints this process's CPU per request: the adapter, the core and

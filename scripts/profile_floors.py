@@ -10,7 +10,8 @@ streams; HTTP/1.1: 128 connections):
 - our server with bench_vs_triton's models: ``add_sub_onnx`` and ``add_sub_batch`` (the tiny Python model).
 
 For each it prints requests/s, the server's CPU per request split into its main (event-loop) thread, its other
-threads and its child processes (Python workers), and the mean batch the model executed. Our CPU per request
+threads and its child processes (Python workers), the mean batch the model executed, and how often per request the
+loop thread went to sleep and was woken (voluntary context switches). Our CPU per request
 minus the floor's is what our own code costs on top of the protocol stack. Not a test: the numbers depend on the
 machine.
 """
