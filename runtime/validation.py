@@ -123,19 +123,19 @@ def _exact_batch_size(spec: ModelSpec, request: InferRequest) -> int | None:
     for tensor in inputs:
         declared = exact.get(tensor.name)
         shape = tensor.shape
-        if declared is None or declared[0] != tensor.datatype or tensor.raw is None or type(shape) is not tuple:
+        if declared is None or declared.datatype != tensor.datatype or tensor.raw is None or type(shape) is not tuple:
             return None
         if batched:
-            if not shape or shape[1:] != declared[1] or not 0 <= shape[0] <= spec.max_batch_size \
-                    or (batch != -1 and shape[0] != batch) or len(tensor.raw) != shape[0] * declared[3]:
+            if not shape or shape[1:] != declared.dims or not 0 <= shape[0] <= spec.max_batch_size \
+                    or (batch != -1 and shape[0] != batch) or len(tensor.raw) != shape[0] * declared.row_bytes:
                 return None
             batch = shape[0]
-        elif shape != declared[1] or len(tensor.raw) != declared[3]:
+        elif shape != declared.dims or len(tensor.raw) != declared.row_bytes:
             return None
     if len({tensor.name for tensor in inputs}) != len(inputs):
         return None
     for tensor in inputs:
-        tensor.data = np.frombuffer(tensor.raw, dtype=exact[tensor.name][2]).reshape(tensor.shape)
+        tensor.data = np.frombuffer(tensor.raw, dtype=exact[tensor.name].dtype).reshape(tensor.shape)
         tensor.raw = None
     return max(batch, 1) if batched else 1
 

@@ -54,7 +54,8 @@ def test_json_binary_and_grpc_forms_decode_alike():
 def test_responses_encode_as_clients_read_them():
     response = InferResponse("m", "1", "7", [InferTensor("OUTPUT0", "FP32", (1, 4), A.reshape(1, 4)),
                                              InferTensor("TEXT", "BYTES", (2,), np.array([b"a", b"bc"], object))])
-    body, json_length = encode_http(response, binary_default=True)
+    parts, json_length = encode_http(response, binary_default=True)
+    body = b"".join(parts)
     header = json.loads(body[:json_length])
     assert [o["parameters"]["binary_data_size"] for o in header["outputs"]] == [16, 11]
     np.testing.assert_array_equal(np.frombuffer(body[json_length:json_length + 16], np.float32), A)

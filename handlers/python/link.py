@@ -136,7 +136,8 @@ class WorkerLink:
         """The worker's tensors in place (no copy); each is returned to the worker once nothing uses it (told
         with the next message, or at once past RETURN_BATCH of them).  A small one came in the message: nothing
         to return."""
-        return self.memory.borrow_all(refs, self._give_back)
+        memory, give_back = self.memory, self._give_back
+        return [(ref[0], memory.borrow(ref, give_back)) for ref in refs]
 
     def _give_back(self, ref: TensorRef) -> None:
         """Runs wherever the last use of a borrowed tensor ends, even inside a send of this thread (garbage

@@ -21,7 +21,6 @@ import pickle
 import threading
 import weakref
 from collections.abc import Callable
-from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
 
@@ -194,33 +193,21 @@ class PeerMemory:
         array = np.frombuffer(view, dtype=wire_dtype(datatype)).reshape(shape)
         return array.copy() if copy else array
 
-    def borrow_all(self, refs: list[TensorRef], release: Callable[[TensorRef], None]) -> list[tuple[str, np.ndarray]]:
-        """Each tensor by name, borrowed (:meth:`borrow`; ``release(ref)`` once one is unused).  A small numeric one
-        that came inline is read right here: one call per answer, not one per tensor."""
-        borrowed = []
-        for ref in refs:
-            name, datatype, shape, segment, _, _, inline = ref
-            if segment == INLINE and datatype != "BYTES":
-                borrowed.append((name, np.frombuffer(inline or b"", dtype=WIRE_DTYPES[datatype]).reshape(shape)))
-            else:
-                borrowed.append((name, self.borrow(ref, partial(release, ref))))
-        return borrowed
-
-    def borrow(self, ref: TensorRef, release: Callable[[], None]) -> np.ndarray:
-        """The tensor in place, without a copy; ``release`` runs once nothing refers to its memory any more
+    def borrow(self, ref: TensorRef, release: Callable[[TensorRef], None]) -> np.ndarray:
+        """The tensor in place, without a copy; ``release(ref)`` runs once nothing refers to its memory any more
         (the array and every view of it gone), to let the peer reuse it.  BYTES are copied (and released);
         a tensor that came inline is read where it is (read-only) and has nothing to release."""
         _, datatype, shape, segment, offset, nbytes, inline = ref
         if segment == INLINE:
             if datatype == "BYTES":
                 return self.array(ref)
-            return np.frombuffer(inline or b"", dtype=wire_dtype(datatype)).reshape(shape)
+            return np.frombuffer(inline or b"", dtype=WIRE_DTYPES[datatype]).reshape(shape)
         if datatype == "BYTES" or not nbytes:
             array = self.array(ref, copy=True)
-            release()
+            release(ref)
             return array
         owner = _Borrowed(self.segments[segment].map, offset, nbytes, shape, wire_dtype(datatype))
-        weakref.finalize(owner, release)
+        weakref.finalize(owner, release, ref)
         return np.asarray(owner)
 
     def close(self) -> None:

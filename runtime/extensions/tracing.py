@@ -41,7 +41,7 @@ _OFF = ("OFF",)
 
 @dataclass(frozen=True)
 class TraceSettings:
-    level: tuple[str, ...] = ("OFF",)
+    level: tuple[str, ...] = _OFF
     rate: int = 1000
     count: int = -1
     log_frequency: int = 0

@@ -309,16 +309,11 @@ def _decode_header(
     return request, binary_default
 
 
-def encode_infer_response(response: InferResponse, binary_default: bool) -> tuple[bytes, int | None]:
-    """Encode a response; returns the body and the JSON header length if binary data follows."""
-    parts, json_length = encode_infer_response_parts(response, binary_default)
-    return parts[0] if len(parts) == 1 else b"".join(parts), json_length
-
-
-def encode_infer_response_parts(response: InferResponse,
-                                binary_default: bool) -> tuple[list[bytes | memoryview], int | None]:
-    """:func:`encode_infer_response`'s body as the parts it is joined from: the JSON header, then each binary
-    output read in place (sent as they are, a large answer is copied once, into its chunks)."""
+def encode_infer_response(response: InferResponse,
+                          binary_default: bool) -> tuple[list[bytes | memoryview], int | None]:
+    """Encode a response: the body as the parts it is joined from (the JSON header, then each binary output read
+    in place: sent as they are, a large answer is copied once, into its chunks), and the JSON header's length if
+    binary data follows."""
     outputs: list[dict] = []
     chunks: list[bytes] = []
     for tensor in response.outputs:

@@ -23,7 +23,7 @@ from runtime.api import InferenceApi
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import Cancelled, ServingError, Unsupported
 from runtime.http.body import ByteBudget, assemble_body, compress, receive_asgi_body
-from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response_parts
+from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
 from runtime.http.sending import Part, UnsentBytes, send_answer
 from runtime.http.status import error_body, error_status
 
@@ -41,6 +41,7 @@ INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
 _HEADER_LENGTH = HEADER_LENGTH.lower().encode()
 _READ_HEADERS = (b"content-length", b"content-encoding", b"accept-encoding", _HEADER_LENGTH, b"traceparent")
 _JSON = b"application/json"
+_SHORT_LENGTH = len(str(_OFFLOAD_BYTES)) - 1  # a Content-Length of this many digits is under _OFFLOAD_BYTES
 
 
 class InferRoute:
@@ -120,7 +121,7 @@ async def _off_loop(function, *args):
 
 def _may_exceed(content_length: str | None) -> bool:
     """Whether a body may be past ``_OFFLOAD_BYTES``: unknown length, or a Content-Length of seven digits or more."""
-    return content_length is None or len(content_length) > len(str(_OFFLOAD_BYTES)) - 1
+    return content_length is None or len(content_length) > _SHORT_LENGTH
 
 
 def _declared_json_bytes(content_length: str | None, header_length: str | None) -> int:
@@ -138,7 +139,7 @@ def _number(text: str | None) -> int:
 def _encode(response, binary_default: bool,
             accept_encoding: str) -> tuple[int, list[tuple[bytes, bytes]], bytes | list[Part]]:
     """Status, headers and body of an infer answer: the body's parts as they lie, unless it is compressed."""
-    parts, json_length = encode_infer_response_parts(response, binary_default)
+    parts, json_length = encode_infer_response(response, binary_default)
     headers = [(b"content-type", b"application/octet-stream" if json_length is not None else _JSON)]
     if json_length is not None:
         headers.append((_HEADER_LENGTH, str(json_length).encode()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from google.protobuf import json_format, text_format
@@ -59,6 +60,15 @@ class TensorSpec:
     optional: bool = False
     allow_ragged_batch: bool = False
     label_filename: str = ""  # an output's class labels, one per line (the classification extension)
+
+
+class ExactInput(NamedTuple):
+    """What a request's input must be, exactly, for the one-pass check (``ModelSpec.exact_inputs``)."""
+
+    datatype: str
+    dims: tuple[int, ...]
+    dtype: np.dtype  # the wire (little-endian) dtype
+    row_bytes: int  # bytes per batch row (the whole tensor without batching)
 
 
 @dataclass(frozen=True)
@@ -141,11 +151,9 @@ class ModelSpec:
     response_cache: bool = False  # response_cache { enable: true }
     sequence: SequenceSpec | None = None  # sequence_batching (a stateful model)
     ignored_fields: tuple[str, ...] = ()  # warnings: config fields set that are not honoured (config_support)
-    # name -> (datatype, dims, numpy dtype, bytes per batch row) of every input when all are required, fully
-    # shaped and of fixed-size datatypes (else empty): a request that matches exactly is validated in a few
-    # comparisons per input (validation.py)
-    exact_inputs: dict[str, tuple[str, tuple[int, ...], np.dtype, int]] = field(
-        init=False, repr=False, compare=False, default_factory=dict)
+    # every input by name when all are required, fully shaped and of fixed-size datatypes (else empty): a request
+    # that matches exactly is validated in a few comparisons per input (validation.py)
+    exact_inputs: dict[str, ExactInput] = field(init=False, repr=False, compare=False, default_factory=dict)
     reshaped_outputs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
 
     @property
@@ -158,8 +166,8 @@ class ModelSpec:
         object.__setattr__(self, "reshaped_outputs", frozenset(t.name for t in self.outputs if t.reshape is not None))
         if all(not t.optional and -1 not in t.dims and t.datatype in WIRE_DTYPES for t in self.inputs):
             object.__setattr__(self, "exact_inputs", {
-                t.name: (t.datatype, tuple(t.dims), WIRE_DTYPES[t.datatype],
-                         math.prod(t.dims) * WIRE_DTYPES[t.datatype].itemsize) for t in self.inputs})
+                t.name: ExactInput(t.datatype, tuple(t.dims), WIRE_DTYPES[t.datatype],
+                                   math.prod(t.dims) * WIRE_DTYPES[t.datatype].itemsize) for t in self.inputs})
 
     def input(self, name: str) -> TensorSpec | None:
         return self._inputs_by_name.get(name)

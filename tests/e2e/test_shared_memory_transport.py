@@ -62,7 +62,7 @@ def test_small_tensors_travel_inside_the_message_and_take_no_arena_space():
     received[0, 0] = 42  # the model's own copy: writable, as shared-memory inputs are
     assert memory.array(refs[1]).tolist() == text.tolist()
     returned = []
-    borrowed = memory.borrow(refs[0], lambda: returned.append(1))
+    borrowed = memory.borrow(refs[0], returned.append)
     np.testing.assert_array_equal(borrowed, data)
     arena.free(refs)  # nothing to give back
     assert arena.in_use() == 0 and not returned
