@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from scripts.bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG, wait_ready
+from scripts.bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG, SHAPES, wait_ready
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,21 +47,23 @@ def build_repository(root: Path) -> Path:
 
 
 def request_files(workdir: Path, model: str = "add_sub_batch") -> dict[str, tuple[Path, list[str]]]:
-    """One add_sub request for ``model`` as gRPC's framed message and as an HTTP binary-tensor body, with its
-    headers (written into ``workdir``, replacing the last ones)."""
+    """One request for ``model`` (one of bench_vs_triton's, its inputs' shapes) as gRPC's framed message and as an
+    HTTP binary-tensor body, with its headers (written into ``workdir``, replacing the last ones)."""
     from tritonclient.grpc import service_pb2
     from tritonclient.http import InferenceServerClient, InferInput
 
-    values = np.arange(4, dtype=np.float32).reshape(1, 4)
+    shapes = SHAPES[model]
+    values = [np.arange(np.prod(shape), dtype=np.float32).reshape(shape) for _, shape in shapes]
     message = service_pb2.ModelInferRequest(model_name=model)
-    for name in ("INPUT0", "INPUT1"):
-        tensor = message.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+    for (name, shape), value in zip(shapes, values, strict=True):
+        tensor = message.inputs.add(name=name, datatype="FP32", shape=shape)
         del tensor  # contents travel in raw_input_contents, as tritonclient sends them
-        message.raw_input_contents.append(values.tobytes())
+        message.raw_input_contents.append(value.tobytes())
     serialized = message.SerializeToString()
     grpc_file = workdir / "request.grpc"
     grpc_file.write_bytes(b"\0" + struct.pack(">I", len(serialized)) + serialized)
-    inputs = [InferInput(name, [1, 4], "FP32").set_data_from_numpy(values) for name in ("INPUT0", "INPUT1")]
+    inputs = [InferInput(name, shape, "FP32").set_data_from_numpy(value)
+              for (name, shape), value in zip(shapes, values, strict=True)]
     body, json_size = InferenceServerClient.generate_request_body(inputs)
     http_file = workdir / "request.http"
     http_file.write_bytes(body)

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m scripts.bench_http_app [--model add_sub_onnx] [--requests 20000] [--concurrency 32]
     .venv/bin/python -m scripts.bench_http_app --profile      # the same under cProfile, by own time
+    taskset -c 0,1 ... --profile --worker-cpu 1               # a Python model's worker on CPU 1
     PROFILE_ROWS=60 PROFILE_SORT=ncalls PROFILE_CALLERS=get_running_loop ... --profile   # more rows, another
                                                                # order, who calls a function
 
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def measure(model: str, requests: int, concurrency: int, profile: bool) -> None:
+async def measure(model: str, requests: int, concurrency: int, profile: bool, worker_cpu: int | None) -> None:
     from runtime.adapters import AdapterSettings
     from runtime.http.app import create_http_app
     from runtime.server import Server, ServerOptions
@@ -46,6 +47,14 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool) ->
     server = Server(ServerOptions(model_repository=repository, adapters=AdapterSettings(http_port=None, grpc_port=None),
                                   metrics_port=None, use_gpu=False, handlers=handler_class, completer=complete_config))
     await server.service.load_initial_models()
+    if worker_cpu is not None:
+        # the Python worker on a CPU of its own: a write that wakes it then costs its own wall time, not the
+        # worker's run (what a profile by wall time would charge it)
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            child.cpu_affinity([worker_cpu])
+        psutil.Process().cpu_affinity([cpu for cpu in psutil.Process().cpu_affinity() if cpu != worker_cpu][:1])
     app = create_http_app(server.service)
     path = f"/v2/models/{model}/infer"
     statuses: dict[int, int] = {}
@@ -83,20 +92,24 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool) ->
 
     for _ in range(max(1, 2000 // concurrency)):  # warm-up
         await asyncio.gather(*(one() for _ in range(concurrency)))
-    profiler = cProfile.Profile() if profile else None
+    # PROFILE_TIMER=cpu: by this thread's CPU time (a wake-up of the worker on the same CPU is not ours), at a
+    # higher cost per call
+    timer = time.thread_time if os.environ.get("PROFILE_TIMER") == "cpu" else time.perf_counter
+    profiler = cProfile.Profile(timer) if profile else None
     if profiler:
         profiler.enable()
-    cpu, wall = time.process_time(), time.perf_counter()
+    cpu, wall, times = time.process_time(), time.perf_counter(), os.times()
     await asyncio.gather(*(client() for _ in range(concurrency)))
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    cpu, wall, after = time.process_time() - cpu, time.perf_counter() - wall, os.times()
+    kernel = (after.system - times.system) / requests * 1e6
     if profiler:
         profiler.disable()
         stats = pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "tottime"))
         stats.print_stats(int(os.environ.get("PROFILE_ROWS", "30")))
         if os.environ.get("PROFILE_CALLERS"):
             stats.print_callers(os.environ["PROFILE_CALLERS"])
-    print(f"{model} c={concurrency}: {cpu / requests * 1e6:.1f} us of CPU per request, {requests / wall:.0f} "
-          f"requests/s, statuses {statuses}", flush=True)
+    print(f"{model} c={concurrency}: {cpu / requests * 1e6:.1f} us of CPU per request ({kernel:.1f} in the kernel), "
+          f"{requests / wall:.0f} requests/s, statuses {statuses}", flush=True)
     os._exit(0)  # Python workers and executor threads end with the process
 
 
@@ -106,10 +119,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--worker-cpu", type=int, help="run the model's Python worker on this CPU (profiles by wall "
+                        "time: not the worker's run charged to the write that wakes it)")
     args = parser.parse_args()
     import uvloop
 
-    uvloop.run(measure(args.model, args.requests, args.concurrency, args.profile))
+    uvloop.run(measure(args.model, args.requests, args.concurrency, args.profile, args.worker_cpu))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ streams; HTTP/1.1: 128 connections):
 
 - the floors: the benchmark's echo server on the native gRPC edge (scripts/benchmark.py --echo-server), and a
   bare ASGI app that answers the body back under our own HTTP listener (granian, embedded as the server embeds it);
-- our server with bench_vs_triton's models: ``add_sub_onnx`` and ``add_sub_batch`` (the tiny Python model).
+- our server with bench_vs_triton's models: ``add_sub_onnx`` and ``add_sub_batch`` (the tiny Python model), then
+  ``resnet50_pt`` and ``identity_big`` (600 KB in; one request a batch) with fewer requests.
 
 For each it prints requests/s, the server's CPU per request split into its main (event-loop) thread, its other
 threads and its child processes (Python workers), the mean batch the model executed, and how often per request the
@@ -37,7 +38,7 @@ from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
-REQUESTS = 60000
+REQUESTS = {"add_sub_onnx": 60000, "add_sub_batch": 60000, "resnet50_pt": 6000, "identity_big": 10000}
 LOAD = {"grpc": ["-c", "16", "-m", "8"], "http": ["--h1", "-c", "128", "-m", "1"]}
 
 
@@ -92,7 +93,8 @@ def main_thread_wakeups(pid: int) -> int:
 
 
 def profile(label: str, protocol: str, command: list[str], port: int, url_path: str, body: tuple[Path, list[str]],
-            stats_url: str | None = None, ready_port: int | None = None, only: str = "") -> None:
+            stats_url: str | None = None, ready_port: int | None = None, only: str = "",
+            requests: int = REQUESTS["add_sub_batch"]) -> None:
     if only not in label:
         return
     log = tempfile.TemporaryFile()
@@ -105,18 +107,18 @@ def profile(label: str, protocol: str, command: list[str], port: int, url_path: 
         path, headers = body
         load = ["taskset", "-c", "1", "h2load", *LOAD[protocol], "-d", str(path),
                 *(part for header in headers for part in ("-H", header)), f"http://127.0.0.1:{port}{url_path}"]
-        subprocess.run([*load, "-n", "5000"], capture_output=True, check=True)  # warm-up
+        subprocess.run([*load, "-n", str(requests // 10)], capture_output=True, check=True)  # warm-up
         before, began, woken = cpu_by_thread(server.pid), time.perf_counter(), main_thread_wakeups(server.pid)
-        output = subprocess.run([*load, "-n", str(REQUESTS)], capture_output=True, text=True, check=True).stdout
+        output = subprocess.run([*load, "-n", str(requests)], capture_output=True, text=True, check=True).stdout
         elapsed, after = time.perf_counter() - began, cpu_by_thread(server.pid)
-        woken = (main_thread_wakeups(server.pid) - woken) / REQUESTS
+        woken = (main_thread_wakeups(server.pid) - woken) / requests
         batch = ""
         if stats_url:
             stats = httpx.get(stats_url, trust_env=False).json()["model_stats"][0]
             batch = f"  mean batch {stats['inference_count'] / max(1, stats['execution_count']):.1f}"
-        split = {part: (after[part] - before[part]) / REQUESTS * 1e6 for part in after}
+        split = {part: (after[part] - before[part]) / requests * 1e6 for part in after}
         status = next((line.strip() for line in output.splitlines() if line.strip().startswith("status codes")), "")
-        print(f"{label:34} {REQUESTS / elapsed:7.0f}/s  {sum(split.values()):6.0f} us/req  ("
+        print(f"{label:34} {requests / elapsed:7.0f}/s  {sum(split.values()):6.0f} us/req  ("
               + ", ".join(f"{part} {value:.0f}" for part, value in split.items())
               + f"){batch}  loop wake-ups/req {woken:.2f}  [{status}]",
               flush=True)
@@ -143,7 +145,7 @@ def main() -> None:
                                                       str(port)], port,
                 "/v2/models/add_sub_batch/infer", request_files(folder)["http"], only=only)
         for protocol in ("grpc", "http"):
-            for model in ("add_sub_onnx", "add_sub_batch"):
+            for model in REQUESTS:
                 http, grpc = free_port(), free_port()
                 command = [python, "-m", "bootstrap.cli", "run", "--model-repository", str(repository), "--host",
                            "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc), "--no-metrics",
@@ -151,7 +153,8 @@ def main() -> None:
                 profile(f"ours, {protocol} {model}", protocol, command, grpc if protocol == "grpc" else http,
                         infer if protocol == "grpc" else f"/v2/models/{model}/infer",
                         request_files(folder, model)[protocol],
-                        stats_url=f"http://127.0.0.1:{http}/v2/models/{model}/stats", ready_port=http, only=only)
+                        stats_url=f"http://127.0.0.1:{http}/v2/models/{model}/stats", ready_port=http, only=only,
+                        requests=REQUESTS[model])
 
 
 if __name__ == "__main__":
