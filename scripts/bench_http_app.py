@@ -8,7 +8,7 @@
 
 Drives ``create_http_app`` with ASGI messages (tritonclient's binary add_sub request, the answer discarded) on
 uvloop, ``--concurrency`` requests at a time, and prints this process's CPU per request: the adapter, the core and
-the model, without granian's share (nor a Python model's worker process).  Run it pinned (``taskset -c 0``) and
+the model, without granian's share (a Python model's worker processes apart).  Run it pinned (``taskset -c 0``) and
 alternate trees to compare two versions of the code: over a real listener the same change hides in ±20% of noise
 on this VM, here it shows within a few percent.  Python-backend models (``--model add_sub_batch``) start their
 worker as the server does.
@@ -98,10 +98,11 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool, wo
     profiler = cProfile.Profile(timer) if profile else None
     if profiler:
         profiler.enable()
-    cpu, wall, times = time.process_time(), time.perf_counter(), os.times()
+    cpu, wall, times, workers = time.process_time(), time.perf_counter(), os.times(), workers_cpu()
     await asyncio.gather(*(client() for _ in range(concurrency)))
     cpu, wall, after = time.process_time() - cpu, time.perf_counter() - wall, os.times()
     kernel = (after.system - times.system) / requests * 1e6
+    workers = (workers_cpu() - workers) / requests * 1e6
     if profiler:
         profiler.disable()
         stats = pstats.Stats(profiler).sort_stats(os.environ.get("PROFILE_SORT", "tottime"))
@@ -109,8 +110,22 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool, wo
         if os.environ.get("PROFILE_CALLERS"):
             stats.print_callers(os.environ["PROFILE_CALLERS"])
     print(f"{model} c={concurrency}: {cpu / requests * 1e6:.1f} us of CPU per request ({kernel:.1f} in the kernel), "
-          f"{requests / wall:.0f} requests/s, statuses {statuses}", flush=True)
+          f"{requests / wall:.0f} requests/s, statuses {statuses}; Python workers {workers:.1f} us", flush=True)
     os._exit(0)  # Python workers and executor threads end with the process
+
+
+def workers_cpu() -> float:
+    """CPU seconds so far of this process's children (a Python model's workers, under its forkserver)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 def main() -> None:
