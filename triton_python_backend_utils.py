@@ -158,6 +158,8 @@ class TritonModelException(Exception):
 
 def _text(value: Any) -> Any:
     """A string argument as Triton's pybind11 API takes it: bytes (a BYTES tensor's element, say) read as UTF-8."""
+    if value.__class__ is str:  # the common case, first: a model's own names are str
+        return value
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", errors="replace")
     return value
@@ -177,8 +179,11 @@ class PreferredMemory:
         self.preferred_device_id = preferred_device_id
 
 
+_TEXT_KINDS = ("U", "S")  # numpy string dtypes: held as BYTES (object arrays of bytes) instead
+
+
 def _readable(data: Any) -> np.ndarray:
-    if data.dtype.kind in ("U", "S"):
+    if data.dtype.kind in _TEXT_KINDS:
         return np.array([x.encode("utf-8") if isinstance(x, str) else bytes(x) for x in data.reshape(-1)],
                         dtype=np.object_).reshape(data.shape)
     return data
@@ -190,9 +195,20 @@ class Tensor:
     def __init__(self, name: str, data: np.ndarray, dtype: Any = None) -> None:
         if not isinstance(data, np.ndarray):
             raise TritonModelException(f"Tensor '{_text(name)}' data must be a numpy array")
-        self._name = _text(name)
-        self._data: np.ndarray | None = _readable(data)
+        self._name = name if name.__class__ is str else _text(name)
+        self._data: np.ndarray | None = _readable(data) if data.dtype.kind in _TEXT_KINDS else data
         self._device_tensor: Any = None
+
+    @classmethod
+    def _received(cls, name: str, data: np.ndarray) -> Tensor:
+        """An input as the server hands it to ``execute``: a str name and a numeric or BYTES (object) array, taken
+        as it is (``__init__``'s conversions cost more than a tiny request's model does); anything else through
+        ``__init__``."""
+        if data.__class__ is not np.ndarray or data.dtype.kind in _TEXT_KINDS:
+            return cls(name, data)
+        tensor = cls.__new__(cls)
+        tensor._name, tensor._data, tensor._device_tensor = name, data, None
+        return tensor
 
     def name(self) -> str:
         return self._name
@@ -371,13 +387,20 @@ class InferenceRequest:
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     @classmethod
-    def _received(cls, key: Any, host: Host, inputs: list[Tensor], request_id: str, outputs: list[str],
-                  parameters: str, model_name: str, model_version: int, correlation_id: int | str = 0,
-                  flags: int = 0, timeout: int = 0) -> InferenceRequest:
-        request = cls(model_name=model_name, requested_output_names=outputs, inputs=inputs, request_id=request_id,
-                      correlation_id=correlation_id, model_version=model_version, flags=flags, timeout=timeout,
-                      parameters=parameters)
-        request._key, request._host = key, host
+    def _received(cls, key: Any, host: Host, inputs: list[tuple[str, np.ndarray]], request_id: str,
+                  outputs: list[str], parameters: str, model_name: str, model_version: int,
+                  correlation_id: int | str = 0, flags: int = 0, timeout: int = 0) -> InferenceRequest:
+        """A request the server hands to ``execute``: its inputs as (name, array) pairs, its strings already
+        text and its parameters already JSON, so nothing of ``__init__``'s conversions is needed."""
+        request = cls.__new__(cls)
+        received_tensor = Tensor._received
+        request._inputs = [received_tensor(name, data) for name, data in inputs]
+        request._request_id, request._requested_output_names = request_id, list(outputs)
+        request._parameters, request._model_name, request._model_version = parameters, model_name, model_version
+        request._correlation_id, request._flags, request._timeout = correlation_id, flags, timeout
+        request._preferred_memory, request._trace = PreferredMemory(), None
+        request._key, request._host, request._sender = key, host, None
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
 
     def inputs(self) -> list[Tensor]:
@@ -443,8 +466,8 @@ def _infer_on(host: Host, request: InferenceRequest, decoupled: bool) -> Any:
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
     name = _text(name)
-    for tensor in inference_request.inputs():
-        if tensor.name() == name:
+    for tensor in inference_request._inputs:  # not inputs(): that copies the list
+        if tensor._name == name:
             return tensor
     return None
 

@@ -180,9 +180,8 @@ class ModelRunner:
     def requests(self, batch: list[RequestData]) -> list[pb_utils.InferenceRequest]:
         return [
             model_host.received_request(
-                data.key, self.host, [pb_utils.Tensor(n, a) for n, a in data.inputs], data.request_id,
-                data.outputs, data.parameters, self.spec.model_name, self.spec.version, data.correlation_id,
-                data.flags, data.timeout,
+                data.key, self.host, data.inputs, data.request_id, data.outputs, data.parameters,
+                self.spec.model_name, self.spec.version, data.correlation_id, data.flags, data.timeout,
             )
             for data in batch
         ]
