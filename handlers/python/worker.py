@@ -36,7 +36,7 @@ from handlers.python.runner import (
     error_result,
     response_result,
 )
-from handlers.python.transport import Arena, PeerMemory, TensorRef, send_pickled
+from handlers.python.transport import Arena, PeerMemory, TensorRef, recv_pickled, send_pickled
 from runtime.allocator import tune_allocator
 from runtime.datatypes import datatype_of
 from runtime.errors import ModelLoadError, Status
@@ -144,7 +144,7 @@ class Inbox:
         it is routed before the role is given up); False when the connection has closed."""
         try:
             try:
-                message = self.connection.recv()
+                message = recv_pickled(self.connection)
             except (EOFError, OSError):
                 message = None
             self._route(message)
@@ -173,11 +173,14 @@ class WorkerHost:
         self.inbox = Inbox(connection, self._route)
         self._send_lock = threading.Lock()
 
-    def send_message(self, message: tuple) -> None:
+    def send_message(self, message: tuple, then_take_arrived: bool = True) -> None:
+        """Send; then route what has arrived meanwhile (while a model executes nobody reads: released memory,
+        cancellations), unless the caller goes on to read anyway (a batch's answer: the wait for the next)."""
         with self._send_lock:
             self.arena.announce(self.connection, self.parent_pid)
             send_pickled(self.connection, message)
-        self.inbox.take_arrived()  # while a model executes nobody reads: released memory, cancellations
+        if then_take_arrived:
+            self.inbox.take_arrived()
 
     def _route(self, message: tuple | None) -> None:
         """One message from the server (None: the connection closed), routed by the thread reading."""
@@ -311,7 +314,7 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
     except BaseException as exc:  # noqa: BLE001 - never lose the batch, whatever happened
         results = [error_result(f"execute failed: {type(exc).__name__}: {exc}")] * len(batch)
     if results is None:
-        host.send_message(("executed", batch_id))
+        host.send_message(("executed", batch_id), then_take_arrived=False)
         return
     for data in batch:
         host.cancelled.discard(data.key)
@@ -319,7 +322,7 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
         encoded = [encode_result(result, host.arena) for result in results]
     except (MemoryError, ValueError, TypeError) as exc:
         encoded = [error_result(f"cannot return the outputs: {type(exc).__name__}: {exc}")] * len(batch)
-    host.send_message(("results", batch_id, encoded))
+    host.send_message(("results", batch_id, encoded), then_take_arrived=False)  # next_work reads next
 
 
 def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> None:
