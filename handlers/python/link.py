@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from handlers.python.runner import RunnerSpec
 from handlers.python.template import worker_context
-from handlers.python.transport import Arena, PeerMemory, TensorRef, send_pickled
+from handlers.python.transport import Arena, PeerMemory, TensorRef, recv_pickled, send_pickled
 from handlers.python.worker import auto_complete_main, worker_main
 from runtime.errors import ModelLoadError
 
@@ -218,7 +218,7 @@ class WorkerLink:
     def _read_on_loop(self) -> None:
         """The connection is readable (on the loop): one message."""
         try:
-            message = self.connection.recv()
+            message = recv_pickled(self.connection)
             self._route(message[0], message)
         except (EOFError, OSError):
             self._loop.remove_reader(self._fd)
@@ -229,7 +229,7 @@ class WorkerLink:
         connection = self.connection
         while True:
             try:
-                message = connection.recv()
+                message = recv_pickled(connection)
             except (EOFError, OSError):
                 self._process_lost()
                 return
