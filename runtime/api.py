@@ -49,9 +49,11 @@ class InferenceApi(Protocol):
     async def ensure_model(self, name: str, version: str = "") -> None: ...
     async def infer(self, request: InferRequest) -> InferResponse: ...
     def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]: ...
+    def tensor_buffer(self, nbytes: int) -> Any: ...  # where a large request is received into, or None
 
 
 API_METHODS = frozenset(name for name, value in vars(InferenceApi).items()
                         if callable(value) and not name.startswith("_"))
-# What a front end asks the owner through its link's generic call (inference travels as messages of its own).
-REMOTE_CALLS = API_METHODS - {"infer", "infer_stream"}
+# What a front end asks the owner through its link's generic call (inference travels as messages of its own; a
+# front end receives requests into its own memory).
+REMOTE_CALLS = API_METHODS - {"infer", "infer_stream", "tensor_buffer"}

@@ -26,6 +26,7 @@ from runtime.models.manager import ModelManager, parse_version
 from runtime.models.model import ModelVersion
 from runtime.models.on_demand import OnDemandLoader
 from runtime.scheduling.streaming import stream_responses
+from runtime.tensor_pool import TensorPool
 from runtime.types import InferRequest, InferResponse, InferTensor, ModelOutputs, RequestedOutput, StreamResponse
 from runtime.validation import expected_shape, validate_request
 
@@ -64,6 +65,7 @@ class InferenceService:
         self.log = ServerLog()  # the logging extension
         self.shared_memory = SharedMemoryRegistry()  # the shared-memory regions clients registered, system and CUDA
         self.cuda_shared_memory = CudaSharedMemoryRegistry(self.shared_memory)
+        self.tensor_pool = TensorPool()  # shared memory large tensors are received into, read there by workers
         self.tracer = tracer or Tracer()  # the trace extension
         self.tracer.model_known = lambda name: name in self.manager.models
         manager.retire_hooks.append(self._forget_custom_metrics)
@@ -94,6 +96,11 @@ class InferenceService:
         self.shutting_down = True
         if self.on_demand is not None:
             self.on_demand.cancel()
+
+    def tensor_buffer(self, nbytes: int) -> Any:
+        """A writable buffer for ``nbytes`` of a request's tensors to be received into, in shared memory that a
+        Python-backend worker reads in place (``runtime/tensor_pool.py``); None: small, or the pool is full."""
+        return self.tensor_pool.buffer(nbytes)
 
     # -- health and metadata -------------------------------------------------
     def live(self) -> bool:

@@ -69,6 +69,7 @@ class ServerServices(Protocol):
     down to handlers so that they never import the core."""
 
     loop: Any  # the server's asyncio event loop
+    tensor_pool: Any  # runtime.tensor_pool.TensorPool: the shared memory large inputs may already lie in
 
     async def infer(self, request: InferRequest) -> Any: ...
     def infer_stream(self, request: InferRequest) -> Any: ...  # an async iterator of responses

@@ -27,5 +27,5 @@ def test_both_services_serve_the_whole_interface(service):
 
 
 def test_front_ends_forward_exactly_the_interface():
-    assert CALLABLE == REMOTE_CALLS == API_METHODS - {"infer", "infer_stream"}
+    assert CALLABLE == REMOTE_CALLS == API_METHODS - {"infer", "infer_stream", "tensor_buffer"}
     assert {"live", "infer", "trace_settings", "load_model"} <= API_METHODS

@@ -106,7 +106,8 @@ class PythonBackendHandler(ModelHandler):
     def _new_worker(self) -> WorkerLink:
         services = self.context.services
         return WorkerLink(self._runner_spec(), self, self.arena_bytes, self.growth_bytes,
-                          services.loop if services is not None else None)
+                          services.loop if services is not None else None,
+                          services.tensor_pool if services is not None else None)
 
     @property
     def available(self) -> bool:

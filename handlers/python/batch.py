@@ -78,10 +78,11 @@ class WorkerBatch:
         self._answer: tuple[Any, str | None] | None = None
         self._abandoned = False
         messages = []
-        arena = worker.arena
+        arena, input_ref = worker.arena, worker.input_ref
+        in_place = not in_flight.decoupled  # a decoupled request's inputs outlive the batch: they are copied
         try:
             for key, request in zip(self.keys, requests, strict=True):
-                request_refs = [arena.write(t.name, t.data, t.datatype) for t in request.inputs]
+                request_refs = [input_ref(t.name, t.data, t.datatype, in_place) for t in request.inputs]
                 self.refs.append(request_refs)
                 messages.append(batch_message(key, request_refs, request))
         except MemoryError as exc:

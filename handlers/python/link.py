@@ -17,11 +17,23 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+import numpy as np
+
 from handlers.python.runner import RunnerSpec
 from handlers.python.template import worker_context
-from handlers.python.transport import Arena, PeerMemory, TensorRef, recv_pickled, send_pickled
+from handlers.python.transport import (
+    POOL_SEGMENTS,
+    Arena,
+    PeerMemory,
+    TensorRef,
+    announce_segments,
+    pool_ref,
+    recv_pickled,
+    send_pickled,
+)
 from handlers.python.worker import auto_complete_main, worker_main
 from runtime.errors import ModelLoadError
+from runtime.tensor_pool import TensorPool
 
 RETURN_BATCH = 64
 # Told a batch's answer, wherever the link reads it: (answer, None), or (None, why) when the worker went away.
@@ -45,7 +57,7 @@ class WorkerLink:
     """Spawns a worker for ``spec`` and talks to it."""
 
     def __init__(self, spec: RunnerSpec, events: LinkEvents, arena_bytes: int, growth_bytes: int,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None, pool: TensorPool | None = None) -> None:
         context = worker_context()
         self.connection, child = context.Pipe()
         self.process = context.Process(target=worker_main, args=(child, spec, os.getpid()), daemon=True,
@@ -56,6 +68,8 @@ class WorkerLink:
         self._exit_watch.register(self.process.sentinel, select.POLLIN)
         self.events = events
         self.arena = Arena(arena_bytes, growth_bytes)  # inputs, and BLS outputs
+        self.pool = pool  # the server's tensor pool: large inputs received there are read in place
+        self._pool_announced = 0
         self.memory = PeerMemory()  # the worker's outputs, and its BLS inputs
         self._send_lock = threading.Lock()
         self._returned: list[TensorRef] = []  # the worker's memory we no longer use, told with the next message
@@ -122,8 +136,21 @@ class WorkerLink:
     def send(self, message: tuple) -> None:
         with self._send_lock:
             self.arena.announce(self.connection, self.process.pid)
+            if self.pool is not None and self._pool_announced < len(self.pool.segments):
+                self._pool_announced = announce_segments(self.connection, self.process.pid, self.pool.segments,
+                                                         self._pool_announced, POOL_SEGMENTS)
             self._send_returned()
             send_pickled(self.connection, message)
+
+    def input_ref(self, name: str, array: np.ndarray, datatype: str, in_place: bool = True) -> TensorRef:
+        """A request's input for the worker: where it lies in the tensor pool, read there without a copy (while
+        ``in_place`` allows: the caller holds the array until the worker is done with it), else copied into
+        the arena."""
+        if in_place and self.pool is not None:
+            ref = pool_ref(self.pool, name, array, datatype)
+            if ref is not None:
+                return ref
+        return self.arena.write(name, array, datatype)
 
     def _send_returned(self) -> None:
         """Called with the send lock held."""

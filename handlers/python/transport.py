@@ -19,7 +19,6 @@ import mmap
 import os
 import pickle
 import struct
-import threading
 import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -29,12 +28,14 @@ from typing import Any
 import numpy as np
 
 from runtime.datatypes import WIRE_DTYPES, deserialize_bytes, serialize_bytes, wire_dtype
+from runtime.memfd_arena import MemfdArena, MemfdSegment
+from runtime.tensor_pool import TensorPool
 
-ALIGNMENT = 64
 DEFAULT_INITIAL_BYTES = 1 << 20
 DEFAULT_GROWTH_BYTES = 1 << 20
 INLINE_MAX_BYTES = 16 * 1024
 INLINE = -1  # the segment of a tensor carried in the message itself
+POOL_SEGMENTS = 1 << 20  # the tensor pool's segment k is segment POOL_SEGMENTS + k to a peer
 
 
 _FRAME = struct.Struct("!i")  # multiprocessing.Connection's framing: a length, then the bytes
@@ -90,89 +91,14 @@ def _read_exactly(fd: int, size: int) -> bytes:
 TensorRef = tuple[str, str, tuple[int, ...], int, int, int, bytes | None]
 
 
-def _align(size: int) -> int:
-    return (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-
-
-class _Segment:
-    def __init__(self, size: int, fd: int | None = None) -> None:
-        self.owned = fd is None
-        self.fd = os.memfd_create("triton-python", os.MFD_CLOEXEC) if fd is None else fd
-        if self.owned:
-            os.ftruncate(self.fd, size)
-        self.size = size
-        self.map = mmap.mmap(self.fd, size)
-        self.view = memoryview(self.map)
-
-    def close(self) -> None:
-        self.view.release()
-        try:
-            self.map.close()
-        except BufferError:  # a numpy view still refers to it: the mapping goes when that view does
-            pass
-        os.close(self.fd)
-
-
-class Arena:
-    """Memory this side writes tensors into (first fit, coalescing free list, thread-safe)."""
+class Arena(MemfdArena):
+    """Memory this side writes the tensors it sends into (see ``runtime/memfd_arena.py``), and tells its peer
+    about segment by segment."""
 
     def __init__(self, initial_bytes: int = DEFAULT_INITIAL_BYTES, growth_bytes: int = DEFAULT_GROWTH_BYTES,
                  max_bytes: int = 1 << 34) -> None:
-        self.growth_bytes = growth_bytes
-        self.max_bytes = max_bytes
-        self.segments: list[_Segment] = []
-        self._free: list[list[tuple[int, int]]] = []  # per segment: sorted (offset, size)
-        self._lock = threading.Lock()
+        super().__init__(initial_bytes, growth_bytes, max_bytes)
         self._announced = 0  # segments the peer already has
-        self._grow(initial_bytes, exact=True)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(segment.size for segment in self.segments)
-
-    def _grow(self, at_least: int, exact: bool = False) -> int:
-        size = _align(at_least) if exact else max(_align(at_least), self.growth_bytes)
-        if self.total_bytes + size > self.max_bytes:
-            raise MemoryError(f"shared memory for tensors would exceed {self.max_bytes} bytes")
-        self.segments.append(_Segment(size))
-        self._free.append([(0, size)])
-        return len(self.segments) - 1
-
-    def allocate(self, nbytes: int) -> tuple[int, int]:
-        """(segment, offset) of ``nbytes`` of fresh space."""
-        size = _align(max(nbytes, 1))
-        with self._lock:
-            for index, free in enumerate(self._free):
-                for position, (offset, length) in enumerate(free):
-                    if length >= size:
-                        if length == size:
-                            del free[position]
-                        else:
-                            free[position] = (offset + size, length - size)
-                        return index, offset
-            index = self._grow(size)
-            free = self._free[index]
-            offset, length = free[0]
-            free[0] = (offset + size, length - size)
-            return index, offset
-
-    def release(self, segment: int, offset: int, nbytes: int) -> None:
-        size = _align(max(nbytes, 1))
-        with self._lock:
-            free = self._free[segment]
-            free.append((offset, size))
-            free.sort()
-            merged: list[tuple[int, int]] = []
-            for start, length in free:
-                if merged and merged[-1][0] + merged[-1][1] == start:
-                    merged[-1] = (merged[-1][0], merged[-1][1] + length)
-                else:
-                    merged.append((start, length))
-            self._free[segment] = merged
-
-    def in_use(self) -> int:
-        with self._lock:
-            return self.total_bytes - sum(length for free in self._free for _, length in free)
 
     def write(self, name: str, array: np.ndarray, datatype: str) -> TensorRef:
         """Copy a tensor into the arena (a small one into the reference itself)."""
@@ -196,31 +122,45 @@ class Arena:
         return (name, datatype, shape, segment, offset, nbytes, None)
 
     def free(self, refs: list[TensorRef]) -> None:
+        """Release the space of tensors written here (an inline one, or one lying in the tensor pool, has none)."""
         for _, _, _, segment, offset, nbytes, _ in refs:
-            if segment != INLINE:
+            if INLINE < segment < POOL_SEGMENTS:
                 self.release(segment, offset, nbytes)
 
     def announce(self, connection: Connection, peer_pid: int) -> None:
         """Send the peer the descriptors of segments it has not got yet (before a message that uses them)."""
-        while self._announced < len(self.segments):
-            connection.send(("segment", self._announced, self.segments[self._announced].size))
-            send_handle(connection, self.segments[self._announced].fd, peer_pid)
-            self._announced += 1
+        self._announced = announce_segments(connection, peer_pid, self.segments, self._announced)
 
-    def close(self) -> None:
-        for segment in self.segments:
-            segment.close()
-        self.segments.clear()
+
+def announce_segments(connection: Connection, peer_pid: int, segments: list[MemfdSegment], announced: int,
+                      first_index: int = 0) -> int:
+    """Send the peer the descriptors of ``segments[announced:]``, numbered from ``first_index``; how many it has."""
+    while announced < len(segments):
+        connection.send(("segment", first_index + announced, segments[announced].size))
+        send_handle(connection, segments[announced].fd, peer_pid)
+        announced += 1
+    return announced
+
+
+def pool_ref(pool: TensorPool, name: str, array: np.ndarray, datatype: str) -> TensorRef | None:
+    """Where a large input already lies in the server's tensor pool (``runtime/tensor_pool.py``), for the peer to
+    read in place; None when it does not lie there (or is small, or BYTES)."""
+    if array.nbytes <= INLINE_MAX_BYTES or datatype == "BYTES":
+        return None
+    where = pool.locate(array)
+    if where is None:
+        return None
+    return (name, datatype, array.shape, POOL_SEGMENTS + where[0], where[1], array.nbytes, None)
 
 
 class PeerMemory:
     """The peer's arena, mapped here for reading (its segments arrive as ``segment`` messages)."""
 
     def __init__(self) -> None:
-        self.segments: dict[int, _Segment] = {}
+        self.segments: dict[int, MemfdSegment] = {}
 
     def receive_segment(self, connection: Connection, index: int, size: int) -> None:
-        self.segments[index] = _Segment(size, fd=recv_handle(connection))
+        self.segments[index] = MemfdSegment(size, fd=recv_handle(connection))
 
     def array(self, ref: TensorRef, copy: bool = False) -> np.ndarray:
         """The tensor a reference points at: a writable view of the peer's memory (or a private copy)."""

@@ -206,6 +206,10 @@ class RemoteService:
     async def infer(self, request: InferRequest) -> InferResponse:
         return unpack_response(await self._call("infer", pack_request(request), kind="infer"))
 
+    def tensor_buffer(self, nbytes: int) -> Any:
+        """None: a front end receives requests into its own memory (they travel on to the owner anyway)."""
+        return None
+
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
         call_id = next(self._ids)
         answers: asyncio.Queue = asyncio.Queue()

@@ -58,7 +58,8 @@ class NativeGrpcServer:
     ``stop(grace)`` as a grpc.aio server's."""
 
     def __init__(self, servicer: InferenceServicer, options: list[tuple[str, Any]], max_streams: int,
-                 check_call: Callable[[str, Any], CallEnded | None]) -> None:
+                 check_call: Callable[[str, Any], CallEnded | None],
+                 receive_into: Callable[[int], Any] | None = None) -> None:
         if not NATIVE_EDGE_BUILT:
             raise RuntimeError("the native gRPC edge is not built (libgrpc++ was not found at install)")
         self.native = importlib.import_module("runtime.grpc._native_edge")
@@ -66,6 +67,7 @@ class NativeGrpcServer:
         self.options = [(name, int(value)) for name, value in options]
         self.max_streams = max_streams
         self.check_call = check_call
+        self.receive_into = receive_into  # where a large ModelInferRequest is joined: the core's tensor pool
         descriptor = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
         self.methods = {
             f"/{descriptor.full_name}/{method.name}": _Method(
@@ -97,7 +99,7 @@ class NativeGrpcServer:
                 task.cancel()
 
     def _take_events(self) -> None:
-        for call, kind, payload in self.edge.take():
+        for call, kind, payload in self.edge.take(self.receive_into):
             try:
                 self._event(call, kind, payload)
             except Exception:  # noqa: BLE001 - one call's failure never costs the others their events

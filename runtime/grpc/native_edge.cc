@@ -228,22 +228,17 @@ py::object ToBytes(grpc::ByteBuffer& buffer) {
   return py::reinterpret_steal<py::object>(bytes);
 }
 
-// A received message for Python: its bytes, or for a call that splits, (the message without its raw field,
-// [a memoryview of each raw field's bytes]) when they come to ``min_bytes`` or more: protobuf then never copies
-// the tensors (smaller ones cost less to copy than the views do to make and read).
-py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field, size_t min_bytes) {
-  py::object whole = ToBytes(buffer);
-  if (!split || whole.is_none()) return whole;
-  const char* data = PyBytes_AS_STRING(whole.ptr());
-  size_t size = static_cast<size_t>(PyBytes_GET_SIZE(whole.ptr()));
-  if (size < min_bytes) return whole;
+// The split form of a message lying in ``owner``'s memory (``data``, ``size`` bytes): (the message without its raw
+// field, [a memoryview of ``owner`` for each raw field]); None when it does not split into raw fields of
+// ``min_bytes`` or more.
+py::object SplitForm(const py::object& owner, const char* data, size_t size, uint32_t field, size_t min_bytes) {
   std::string rest;
   std::vector<std::pair<size_t, size_t>> raws;
-  if (!native_wire::SplitRawField(data, size, field, &rest, &raws) || raws.empty()) return whole;
+  if (!native_wire::SplitRawField(data, size, field, &rest, &raws) || raws.empty()) return py::none();
   size_t raw_bytes = 0;
   for (const auto& raw : raws) raw_bytes += raw.second;
-  if (raw_bytes < min_bytes) return whole;
-  py::object view = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(whole.ptr()));
+  if (raw_bytes < min_bytes) return py::none();
+  py::object view = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
   if (!view) throw py::error_already_set();
   py::list views(raws.size());
   for (size_t i = 0; i < raws.size(); ++i) {
@@ -253,6 +248,52 @@ py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field, size_t
     views[i] = py::reinterpret_steal<py::object>(part);
   }
   return py::make_tuple(py::bytes(rest), views);
+}
+
+// A large message joined straight into a buffer ``into(size)`` gives (the server's shared tensor pool, which a
+// Python worker reads in place), in its split form: None when ``into`` gives none, or the message does not split
+// (its bytes are then copied out as the caller would have read them).
+py::object ReceivedInto(grpc::ByteBuffer& buffer, const py::object& into, uint32_t field, size_t min_bytes) {
+  size_t size = buffer.Length();
+  py::object target = into(size);
+  if (target.is_none()) return py::none();
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return py::none();
+  Py_buffer view;
+  if (PyObject_GetBuffer(target.ptr(), &view, PyBUF_WRITABLE) != 0) throw py::error_already_set();
+  if (static_cast<size_t>(view.len) < size) {
+    PyBuffer_Release(&view);
+    return py::none();
+  }
+  char* out = static_cast<char*>(view.buf);
+  for (const auto& slice : slices) {
+    std::memcpy(out, slice.begin(), slice.size());
+    out += slice.size();
+  }
+  const char* data = static_cast<const char*>(view.buf);
+  PyBuffer_Release(&view);  // the memory stays: ``target`` holds it
+  py::object split = SplitForm(target, data, size, field, min_bytes);
+  if (!split.is_none()) return split;
+  return py::bytes(data, size);
+}
+
+// A received message for Python: its bytes, or for a call that splits, (the message without its raw field,
+// [a memoryview of each raw field's bytes]) when they come to ``min_bytes`` or more: protobuf then never copies
+// the tensors (smaller ones cost less to copy than the views do to make and read).  ``into`` (None: not
+// offered) gives a buffer a large message is joined into instead of bytes of its own.
+py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field, size_t min_bytes,
+                    const py::object& into) {
+  if (split && !into.is_none() && buffer.Length() >= min_bytes) {
+    py::object received = ReceivedInto(buffer, into, field, min_bytes);
+    if (!received.is_none()) return received;
+  }
+  py::object whole = ToBytes(buffer);
+  if (!split || whole.is_none()) return whole;
+  const char* data = PyBytes_AS_STRING(whole.ptr());
+  size_t size = static_cast<size_t>(PyBytes_GET_SIZE(whole.ptr()));
+  if (size < min_bytes) return whole;
+  py::object split_form = SplitForm(whole, data, size, field, min_bytes);
+  return split_form.is_none() ? whole : split_form;
 }
 
 // A message to send, copied once into grpc's buffer (grpc may send it after Python lets go): bytes, or a list of
@@ -359,7 +400,7 @@ struct EdgeDeleter {
   }
 };
 
-py::list Take(Edge& edge) {
+py::list Take(Edge& edge, const py::object& into) {
   uint32_t field = static_cast<uint32_t>(edge.split_field());
   size_t min_bytes = edge.split_min_bytes();
   std::vector<Event> events = edge.TakeEvents();
@@ -368,7 +409,7 @@ py::list Take(Edge& edge) {
     Event& event = events[i];
     py::object payload;
     if (event.kind == kStart || event.kind == kRead) {
-      payload = event.ok ? Received(event.payload, event.call->split, field, min_bytes) : py::none();
+      payload = event.ok ? Received(event.payload, event.call->split, field, min_bytes, into) : py::none();
     } else {
       payload = py::bool_(event.ok);
     }
@@ -400,6 +441,6 @@ PYBIND11_MODULE(_native_edge, module) {
            py::arg("split_field") = 0, py::arg("split_min_bytes") = 0, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("port", &Edge::port)
       .def("fileno", &Edge::fileno)
-      .def("take", &Take)
+      .def("take", &Take, py::arg("into") = py::none())
       .def("shutdown", &Edge::Shutdown, py::call_guard<py::gil_scoped_release>());
 }

@@ -137,7 +137,7 @@ def create_grpc_server(
         logger.warning("the native gRPC edge is not built (libgrpc++ was not found when the package was installed):"
                        " gRPC is served by grpcio")
     if limits.native_edge and NATIVE_EDGE_BUILT:
-        server = NativeGrpcServer(servicer, options, limits.max_streams, check_call)
+        server = NativeGrpcServer(servicer, options, limits.max_streams, check_call, service.tensor_buffer)
     elif limits.infer_threads:
         server = ThreadedGrpcServer(servicer, options, limits.infer_threads, limits.max_streams, check_call)
     else:

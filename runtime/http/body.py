@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.types import Receive
@@ -71,11 +73,26 @@ async def receive_body(
     return await receive_asgi_body(request.receive, request.headers.get("content-length"), limit, timeout)
 
 
-def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
-    """Join received chunks and inflate gzip/deflate, never past ``limit`` bytes (blocking for large bodies)."""
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAULT_MAX_BODY_BYTES,
+                  into: Callable[[int], Any] | None = None) -> bytes | memoryview:
+    """Join received chunks and inflate gzip/deflate, never past ``limit`` bytes (blocking for large bodies).
+    ``into(size)``: a writable buffer to join an uncompressed body into (the core's shared tensor pool, where a
+    Python worker reads the tensors in place), or None to join it into bytes."""
     encoding = content_encoding.strip().lower()
-    if encoding in ("", "identity"):
+    identity = encoding in ("", "identity")
+    if len(chunks) == 1:
+        body: bytes | memoryview = chunks[0]
+    else:
+        target = into(sum(len(chunk) for chunk in chunks)) if into is not None and identity else None
+        if target is None:
+            body = b"".join(chunks)
+        else:
+            body = memoryview(target).cast("B")
+            position = 0
+            for chunk in chunks:
+                body[position : position + len(chunk)] = chunk
+                position += len(chunk)
+    if identity:
         return body
     wbits = _WBITS_BY_ENCODING.get(encoding)
     if wbits is None:

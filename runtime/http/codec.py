@@ -165,9 +165,10 @@ def header_size(body: bytes, header_length: str | None) -> int:
 
 
 def decode_infer_request(
-    body: bytes, header_length: str | None, model_name: str, model_version: str
+    body: bytes | memoryview, header_length: str | None, model_name: str, model_version: str
 ) -> tuple[InferRequest, bool]:
-    """Decode a V2 infer request; returns it and whether outputs default to binary.
+    """Decode a V2 infer request; returns it and whether outputs default to binary.  A body received into a
+    buffer (a memoryview) has its JSON header read as bytes and its tensors left in place.
 
     A header size of 0 (an empty body, or ``Inference-Header-Content-Length: 0``) makes a raw binary
     request, as in Triton: the whole body is the data of the model's one input.
@@ -176,7 +177,7 @@ def decode_infer_request(
     if size == 0:
         raw = InferTensor(RAW_INPUT, "", (), None, raw=memoryview(body))
         return InferRequest(model_name=model_name, model_version=model_version, inputs=[raw], raw_input=True), True
-    header, binary = body[:size], memoryview(body)[size:]
+    header, binary = bytes(body[:size]) if body.__class__ is memoryview else body[:size], memoryview(body)[size:]
     if (decoded := _decode_binary_form(header, binary, model_name, model_version)) is not None:
         return decoded
     if len(header) > _LARGE_HEADER:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -83,7 +83,8 @@ class InferRoute:
             size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
             if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
                 budgeted += self.json_budget.take(size)  # budget what arrived
-            work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version)
+            into = self.service.tensor_buffer if header_length is not None and len(chunks) > 1 else None
+            work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version, into)
             if size > _OFFLOAD_BYTES:
                 request, binary_default = await _off_loop(_decode, *work)
             else:
@@ -111,8 +112,8 @@ def _read_headers(scope: Scope) -> list[str | None]:
 
 
 def _decode(chunks: list[bytes], encoding: str, limit: int, header_length: str | None, name: str,
-            version: str) -> tuple:
-    return decode_infer_request(assemble_body(chunks, encoding, limit), header_length, name, version)
+            version: str, into: Callable[[int], Any] | None) -> tuple:
+    return decode_infer_request(assemble_body(chunks, encoding, limit, into), header_length, name, version)
 
 
 async def _off_loop(function, *args):

@@ -14,7 +14,8 @@ import psutil
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from handlers.python.transport import ALIGNMENT, INLINE, INLINE_MAX_BYTES, Arena, PeerMemory
+from handlers.python.transport import INLINE, INLINE_MAX_BYTES, Arena, PeerMemory
+from runtime.memfd_arena import ALIGNMENT
 from tests.support import ServerProcess, write_model
 
 

@@ -1,0 +1,87 @@
+"""Large inputs received straight into the server's shared tensor pool (runtime/tensor_pool.py) and read there by
+the Python worker, over gRPC (the native edge joins the message into it) and HTTP (a body of several chunks is
+joined into it): the model finds its input in the pool's memory (its mapping in /proc/self/maps), and answers it
+back intact.  Small inputs are copied as before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from runtime.grpc.native import NATIVE_EDGE_BUILT
+from tests.support import ServerProcess, python_model_source, write_model
+
+WHERE = '''
+def in_pool(array):
+    address = array.__array_interface__["data"][0]
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, *rest = line.split(maxsplit=5)
+            low, high = (int(part, 16) for part in span.split("-"))
+            if low <= address < high:
+                return "triton-tensor-pool" in line
+    return False
+
+'''
+EXECUTE = """
+responses = []
+for request in requests:
+    data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+    flag = np.array([1 if in_pool(data) else 0], dtype=np.int32)
+    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data.copy()), pb_utils.Tensor("POOL", flag)]))
+return responses
+"""
+CONFIG = """
+    backend: "python"
+    max_batch_size: 0
+    input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "POOL" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    repository: Path = tmp_path_factory.mktemp("repo")
+    source = python_model_source(EXECUTE).replace("\n\nclass TritonPythonModel",
+                                                  "\n\n" + WHERE + "\nclass TritonPythonModel")
+    write_model(repository, "where", CONFIG, {"1/model.py": source})
+    with ServerProcess(repository) as running:
+        running.wait_loaded()
+        yield running
+
+
+def _ask(server: ServerProcess, protocol: str, data: np.ndarray) -> tuple[np.ndarray, int]:
+    module = grpcclient if protocol == "grpc" else httpclient
+    client = module.InferenceServerClient(server.grpc_url if protocol == "grpc" else server.http_url)
+    tensor = module.InferInput("IN", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data) if protocol == "grpc" else tensor.set_data_from_numpy(data, binary_data=True)
+    outputs = None if protocol == "grpc" else [httpclient.InferRequestedOutput(name, binary_data=True)
+                                               for name in ("OUT", "POOL")]
+    result = client.infer("where", [tensor], outputs=outputs)
+    return result.as_numpy("OUT"), int(result.as_numpy("POOL")[0])
+
+
+@pytest.mark.parametrize("protocol", [
+    pytest.param("grpc", marks=pytest.mark.skipif(not NATIVE_EDGE_BUILT, reason="the native gRPC edge is not built")),
+    "http",
+])
+def test_a_large_input_is_read_in_the_pool_and_comes_back_intact(server: ServerProcess, protocol: str) -> None:
+    rng = np.random.default_rng(3)
+    for size in (150_528, 1_000_003, 150_528):  # 600 KB (as resnet's input), 4 MB, and the first again
+        data = rng.random(size, dtype=np.float32)
+        for _ in range(3):
+            out, in_pool = _ask(server, protocol, data)
+            np.testing.assert_array_equal(out, data)
+            assert in_pool == 1
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_small_input_is_copied_as_before(server: ServerProcess, protocol: str) -> None:
+    data = np.arange(1000, dtype=np.float32)
+    out, in_pool = _ask(server, protocol, data)
+    np.testing.assert_array_equal(out, data)
+    assert in_pool == 0

@@ -1,0 +1,80 @@
+"""The shared tensor pool (runtime/tensor_pool.py): buffers come back once nothing refers to them, arrays are
+found where they lie, a full pool says so, and a peer maps the same memory through its descriptors."""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+import threading
+
+import numpy as np
+
+from runtime.tensor_pool import MEMFD_NAME, MIN_BYTES, TensorPool
+
+
+def test_a_buffer_returns_once_it_and_its_views_are_gone() -> None:
+    pool = TensorPool(max_bytes=8 << 20, segment_bytes=4 << 20)
+    buffer = pool.buffer(600_000)
+    assert buffer is not None and buffer.nbytes == 600_000 and buffer.flags.writeable
+    tensor = np.frombuffer(memoryview(buffer)[1000:1000 + 4 * 1000], dtype=np.float32)
+    del buffer
+    gc.collect()
+    assert pool.in_use() >= 600_000  # the tensor, a view of it, holds it
+    del tensor
+    assert pool.in_use() == 0
+
+
+def test_small_requests_and_a_full_pool_get_none() -> None:
+    pool = TensorPool(max_bytes=2 << 20, segment_bytes=1 << 20)
+    assert pool.buffer(MIN_BYTES - 1) is None
+    held = [pool.buffer(1 << 20), pool.buffer(1 << 20)]
+    assert all(buffer is not None for buffer in held)
+    assert pool.buffer(MIN_BYTES) is None  # full: the caller receives into its own memory
+    held.pop()
+    assert pool.buffer(MIN_BYTES) is not None
+
+
+def test_arrays_are_located_where_they_lie() -> None:
+    pool = TensorPool(max_bytes=64 << 20, segment_bytes=1 << 20)
+    buffers = [pool.buffer(700_000) for _ in range(3)]  # more than one segment
+    assert len(pool.segments) >= 2
+    for buffer in buffers:
+        tensor = np.frombuffer(memoryview(buffer)[64:64 + 4 * 1024], dtype=np.float32).reshape(2, 512)
+        segment, offset = pool.locate(tensor)
+        mapped = np.frombuffer(pool.segments[segment].map, dtype=np.float32, count=1024, offset=offset)
+        tensor[:] = np.arange(1024, dtype=np.float32).reshape(2, 512)
+        assert np.array_equal(mapped, tensor.reshape(-1))
+        assert pool.locate(tensor[:, ::2]) is None  # not contiguous
+    assert pool.locate(np.zeros(100_000, np.uint8)) is None
+    assert pool.locate(np.array([b"x"] * 10, dtype=object)) is None
+
+
+def test_a_peer_maps_the_same_memory_by_descriptor() -> None:
+    pool = TensorPool(max_bytes=8 << 20, segment_bytes=1 << 20)
+    buffer = pool.buffer(100_000)
+    buffer[:] = 7
+    segment, offset = pool.locate(buffer)
+    descriptor = os.dup(pool.segments[segment].fd)
+    assert os.readlink(f"/proc/self/fd/{descriptor}").startswith(f"/memfd:{MEMFD_NAME}")
+    peer = mmap.mmap(descriptor, pool.segments[segment].size)
+    assert peer[offset:offset + 100_000] == b"\x07" * 100_000
+    peer.close()
+    os.close(descriptor)
+
+
+def test_buffers_taken_and_dropped_from_many_threads_all_return() -> None:
+    pool = TensorPool(max_bytes=64 << 20, segment_bytes=4 << 20)
+
+    def churn() -> None:
+        for size in range(MIN_BYTES, MIN_BYTES + 200 * 4096, 4096):
+            buffer = pool.buffer(size)
+            assert buffer is not None
+            buffer[-1] = 1
+
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert pool.in_use() == 0
