@@ -49,6 +49,8 @@ class PythonBackendHandler(ModelHandler):
         self.supervisor = WorkerSupervisor(self.label, self._new_worker, self.in_flight.end_streams)
         self._runner: ModelRunner | None = None
         self._in_process_lock = threading.Lock()  # Triton runs one execute at a time per instance
+        # the server's tensor pool: large inputs received there are read by the worker in place
+        self._pool = context.services.tensor_pool if context.services is not None else None
 
     @property
     def bounds_own_executions(self) -> bool:
@@ -106,8 +108,7 @@ class PythonBackendHandler(ModelHandler):
     def _new_worker(self) -> WorkerLink:
         services = self.context.services
         return WorkerLink(self._runner_spec(), self, self.arena_bytes, self.growth_bytes,
-                          services.loop if services is not None else None,
-                          services.tensor_pool if services is not None else None)
+                          services.loop if services is not None else None, self._pool)
 
     @property
     def available(self) -> bool:
@@ -128,7 +129,7 @@ class PythonBackendHandler(ModelHandler):
     # -- execution -------------------------------------------------------------------------------------------
     def start_execute(self, requests: list[InferRequest]) -> StartedExecution | None:
         """The batch sent to its worker from the event loop, or None where it waits in a thread (``batch.py``)."""
-        if self._runner is not None or self.spec.decoupled or input_bytes(requests) > ON_LOOP_INPUT_BYTES:
+        if self._runner is not None or self.spec.decoupled or input_bytes(requests, self._pool) > ON_LOOP_INPUT_BYTES:
             return None
         worker = self.supervisor.hold_if_live()
         if worker is None:

@@ -3,9 +3,10 @@
 The inputs are written into the worker's arena, the batch is sent, and the answer is collected, whether the batch
 is begun on the event loop (:meth:`WorkerBatch.results`, awaited there: the answer, read on the loop, resolves it
 without a thread in between) or in one of the scheduler's threads (:meth:`WorkerBatch.wait`).  The loop takes it
-in the common case: a live, free worker, a model that is not decoupled, and inputs up to ``ON_LOOP_INPUT_BYTES``
-(their copy would hold the loop; a BYTES element counts as 1 KiB).  Everything else waits in a thread: a decoupled
-model, large inputs, a worker that is busy (unloading, being replaced) or dead (restarting it blocks).
+in the common case: a live, free worker, a model that is not decoupled, and inputs to copy up to
+``ON_LOOP_INPUT_BYTES`` (their copy would hold the loop; a BYTES element counts as 1 KiB; inputs received into the
+server's tensor pool are not copied).  Everything else waits in a thread: a decoupled model, large inputs to copy,
+a worker that is busy (unloading, being replaced) or dead (restarting it blocks).
 
 The batch holds the instance's worker from the send until its answer is taken, so unloading waits for (or cuts off)
 a running execute.  A worker that times out or goes away is lost (and restarted by its supervisor); the batch's
@@ -25,21 +26,28 @@ from handlers.python import bls
 from handlers.python.in_flight import RequestsInFlight
 from handlers.python.link import WorkerGone, WorkerLink
 from handlers.python.supervisor import WorkerSupervisor
+from handlers.python.transport import INLINE_MAX_BYTES
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, ServingError, Unavailable
+from runtime.tensor_pool import TensorPool
 from runtime.types import InferRequest
 
 ON_LOOP_INPUT_BYTES = 1 << 20
 
 
-def input_bytes(requests: list[InferRequest]) -> int:
+def input_bytes(requests: list[InferRequest], pool: TensorPool | None = None) -> int:
     """What writing the inputs into the arena copies, at most (a BYTES element counts as 1 KiB: measuring the
-    strings would cost as much as the copy)."""
+    strings would cost as much as the copy; a large input received into ``pool`` is read there: nothing)."""
     total = 0
     for request in requests:
         for tensor in request.inputs:
-            if tensor.data is not None:
-                total += tensor.data.size * 1024 if tensor.data.dtype == object else tensor.data.nbytes
+            data = tensor.data
+            if data is None:
+                continue
+            if data.dtype == object:
+                total += data.size * 1024
+            elif data.nbytes <= INLINE_MAX_BYTES or pool is None or pool.locate(data) is None:
+                total += data.nbytes
     return total
 
 
