@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from scripts.bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG, SHAPES, wait_ready
+from scripts.bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG, OUTPUTS, SHAPES, wait_ready
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,9 +48,10 @@ def build_repository(root: Path) -> Path:
 
 def request_files(workdir: Path, model: str = "add_sub_batch") -> dict[str, tuple[Path, list[str]]]:
     """One request for ``model`` (one of bench_vs_triton's, its inputs' shapes) as gRPC's framed message and as an
-    HTTP binary-tensor body, with its headers (written into ``workdir``, replacing the last ones)."""
+    HTTP binary-tensor body asking for binary outputs, as bench_vs_triton's client sends them, with its headers
+    (written into ``workdir``, replacing the last ones)."""
     from tritonclient.grpc import service_pb2
-    from tritonclient.http import InferenceServerClient, InferInput
+    from tritonclient.http import InferenceServerClient, InferInput, InferRequestedOutput
 
     shapes = SHAPES[model]
     values = [np.arange(np.prod(shape), dtype=np.float32).reshape(shape) for _, shape in shapes]
@@ -64,7 +65,8 @@ def request_files(workdir: Path, model: str = "add_sub_batch") -> dict[str, tupl
     grpc_file.write_bytes(b"\0" + struct.pack(">I", len(serialized)) + serialized)
     inputs = [InferInput(name, shape, "FP32").set_data_from_numpy(value)
               for (name, shape), value in zip(shapes, values, strict=True)]
-    body, json_size = InferenceServerClient.generate_request_body(inputs)
+    requested = [InferRequestedOutput(name, binary_data=True) for name in OUTPUTS[model]]  # as bench_vs_triton asks
+    body, json_size = InferenceServerClient.generate_request_body(inputs, outputs=requested)
     http_file = workdir / "request.http"
     http_file.write_bytes(body)
     return {"grpc": (grpc_file, ["content-type: application/grpc", "te: trailers"]),
