@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
+import time
 import weakref
 from collections.abc import Callable
 from types import TracebackType
@@ -52,9 +53,10 @@ class DeadlineWheel:
         return sum(len(bucket) for bucket in self._buckets.values())
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> WheelTimer:
-        """Run ``callback`` on the loop once ``delay`` seconds have passed (up to ``resolution`` later)."""
-        loop = asyncio.get_running_loop()
-        slot = math.ceil((loop.time() + delay) / self.resolution)
+        """Run ``callback`` on the loop once ``delay`` seconds have passed (up to ``resolution`` later).  Time is
+        read from the monotonic clock the loops keep time by (asyncio's and uvloop's alike): the running loop
+        is looked up only to arm its timer, since each lookup is a ``getpid`` system call."""
+        slot = math.ceil((time.monotonic() + delay) / self.resolution)
         bucket = self._buckets.get(slot)
         if bucket is None:
             # An emptied bucket stays until its slot passes, so that a request after request in the same slot
@@ -62,7 +64,7 @@ class DeadlineWheel:
             bucket = self._buckets[slot] = {}
             heapq.heappush(self._slots, slot)
             if self._alarm is None or slot < self._alarm_slot:
-                self._arm(loop, slot)
+                self._arm(asyncio.get_running_loop(), slot)
         timer = WheelTimer(bucket, callback)
         bucket[timer] = None
         return timer
@@ -80,7 +82,7 @@ class DeadlineWheel:
     def _ring(self) -> None:
         self._alarm = None
         loop = asyncio.get_running_loop()
-        due = loop.time() + _EARLY
+        due = time.monotonic() + _EARLY
         while self._slots and self._slots[0] * self.resolution <= due:
             bucket = self._buckets.pop(heapq.heappop(self._slots), {})
             for timer in list(bucket):
