@@ -41,7 +41,7 @@ class TensorPool:
             return None
         try:
             segment, offset = self._arena.allocate(nbytes)
-        except MemoryError:
+        except (MemoryError, OSError):  # full, or no new segment to be had (memory, descriptors)
             return None
         with self._bases_lock:
             while len(self._bases) <= segment:  # a segment this allocation added

@@ -6,7 +6,10 @@ from __future__ import annotations
 import gc
 import mmap
 import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -78,3 +81,19 @@ def test_buffers_taken_and_dropped_from_many_threads_all_return() -> None:
     for thread in threads:
         thread.join(30)
     assert pool.in_use() == 0
+
+
+def test_no_descriptor_left_for_a_segment_gets_none() -> None:
+    """memfd_create failing (here: out of descriptors) is a full pool, not an error in the listener's hands."""
+    code = (
+        "import os, resource\n"
+        "from runtime.tensor_pool import TensorPool\n"
+        "pool = TensorPool()\n"
+        "opened = len(os.listdir('/proc/self/fd'))\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (opened, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "print(pool.buffer(1 << 20))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "None"

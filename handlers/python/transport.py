@@ -9,7 +9,10 @@ behind.  An arena starts at ``initial_bytes`` and grows by segments of at least
 ``growth_bytes`` (Triton's ``shm-default-byte-size`` / ``shm-growth-byte-size``).
 
 Tensors of at most ``INLINE_MAX_BYTES`` travel inside the message instead: for them, allocating,
-mapping and later releasing arena space costs more than the copy it saves.
+mapping and later releasing arena space costs more than the copy it saves.  A large input the server
+received straight into its shared tensor pool (``runtime/tensor_pool.py``) is not copied at all: the
+pool's segments are announced to the worker like the arena's (numbered from ``POOL_SEGMENTS``) and the
+reference points into them.
 """
 
 from __future__ import annotations
