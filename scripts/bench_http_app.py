@@ -6,12 +6,12 @@
     PROFILE_ROWS=60 PROFILE_SORT=ncalls PROFILE_CALLERS=get_running_loop ... --profile   # more rows, another
                                                                # order, who calls a function
 
-Drives ``create_http_app`` with ASGI messages (tritonclient's binary add_sub request, the answer discarded) on
-uvloop, ``--concurrency`` requests at a time, and prints this process's CPU per request: the adapter, the core and
-the model, without granian's share (a Python model's worker processes apart).  Run it pinned (``taskset -c 0``) and
-alternate trees to compare two versions of the code: over a real listener the same change hides in ±20% of noise
-on this VM, here it shows within a few percent.  Python-backend models (``--model add_sub_batch``) start their
-worker as the server does.
+Drives ``create_http_app`` with ASGI messages (tritonclient's binary request for the model, binary outputs asked
+for as the benchmark's client asks, the answer discarded) on uvloop, ``--concurrency`` requests at a time, and
+prints this process's CPU per request: the adapter, the core and the model, without granian's share (a Python
+model's worker processes apart).  Run it pinned (``taskset -c 0``) and alternate trees to compare two versions of
+the code: over a real listener the same change hides in ±20% of noise on this VM, here it shows within a few
+percent.  Python-backend models (``--model add_sub_batch``) start their worker as the server does.
 """
 
 from __future__ import annotations
@@ -116,16 +116,10 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool, wo
 
 def workers_cpu() -> float:
     """CPU seconds so far of this process's children (a Python model's workers, under its forkserver)."""
-    import psutil
+    from scripts.bench_vs_triton import tree_cpu_seconds
 
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            times = child.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
+    own = os.times()
+    return tree_cpu_seconds(os.getpid()) - own.user - own.system
 
 
 def main() -> None:
