@@ -26,6 +26,7 @@ from runtime.devices import gpu_memory_used
 from runtime.errors import MemoryBudgetExhausted, ServingError, Unavailable
 from runtime.models.manager import ModelManager
 from runtime.models.memory_ledger import HOST, MemoryLedger, describe, gpu_resource
+from runtime.process_memory import own_resident_bytes
 from runtime.scheduling.stats import LatencyHistogram
 
 logger = logging.getLogger(__name__)
@@ -59,14 +60,14 @@ class OnDemandCounts:
 
 
 def resident_bytes() -> int:
-    """Resident memory of this process and its children (the Python models' workers)."""
+    """Resident memory of this process and its children (the Python models' workers), the shared memory they map
+    with it (the tensor pool, their arenas) counted once, here."""
     import psutil
 
     process = psutil.Process(os.getpid())
     total = process.memory_info().rss
     for child in process.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            total += child.memory_info().rss
+        total += own_resident_bytes(child.pid)
     return total
 
 
