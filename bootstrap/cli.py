@@ -144,6 +144,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         server_name=settings.server_name,
         strict_readiness=settings.strict_readiness,
         cache_size_bytes=settings.response_cache_bytes,
+        tensor_pool_bytes=settings.tensor_pool_bytes,
         frontend_processes=settings.frontend_processes,
         batch_scheduled_helpers=settings.batch_scheduled_helpers,
         auto_complete_config=settings.auto_complete_config,

@@ -297,6 +297,11 @@ class FunctionSettings:
         256 << 20, key="server.json_decode_budget_bytes", check=positive_int,
         meaning="bytes of large (> 1 MiB) JSON bodies read and decoded at once; past it 503, a single larger one "
                 "413")
+    tensor_pool_bytes: int = setting(
+        64 << 20, key="server.tensor_pool_bytes", check=byte_count,
+        meaning="shared memory large request tensors (64 KiB and more) are received into, for Python models to read "
+                "without a copy; held once grown, never past this (`0`: off; a request that finds it full is "
+                "received into private memory)")
     device: str = setting(
         "auto", key="instance.device", check=one_of("auto", "gpu", "cpu"),
         meaning="`auto` (GPU when present), `gpu`, or `cpu`",

@@ -51,7 +51,8 @@ class InferenceService:
 
     def __init__(self, manager: ModelManager, control: ModelControl | None = None, server_name: str = SERVER_NAME,
                  strict_readiness: bool = True, cache: ResponseCache | None = None,
-                 tracer: Tracer | None = None, on_demand: OnDemandLoader | None = None) -> None:
+                 tracer: Tracer | None = None, on_demand: OnDemandLoader | None = None,
+                 tensor_pool: TensorPool | None = None) -> None:
         self.manager = manager
         self.on_demand = on_demand  # model control on_demand: loads at first call, unloads idle or to make room
         self.control = control or ModelControl(manager)
@@ -65,7 +66,7 @@ class InferenceService:
         self.log = ServerLog()  # the logging extension
         self.shared_memory = SharedMemoryRegistry()  # the shared-memory regions clients registered, system and CUDA
         self.cuda_shared_memory = CudaSharedMemoryRegistry(self.shared_memory)
-        self.tensor_pool = TensorPool()  # shared memory large tensors are received into, read there by workers
+        self.tensor_pool = tensor_pool  # shared memory large tensors are received into, read there by workers
         self.tracer = tracer or Tracer()  # the trace extension
         self.tracer.model_known = lambda name: name in self.manager.models
         manager.retire_hooks.append(self._forget_custom_metrics)
@@ -100,7 +101,7 @@ class InferenceService:
     def tensor_buffer(self, nbytes: int) -> Any:
         """A writable buffer for ``nbytes`` of a request's tensors to be received into, in shared memory that a
         Python-backend worker reads in place (``runtime/tensor_pool.py``); None: small, or the pool is full."""
-        return self.tensor_pool.buffer(nbytes)
+        return self.tensor_pool.buffer(nbytes) if self.tensor_pool is not None else None
 
     # -- health and metadata -------------------------------------------------
     def live(self) -> bool:

@@ -27,6 +27,8 @@ from runtime.models.repository import ConfigCompleter, ModelRepository
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
+from runtime.tensor_pool import DEFAULT_MAX_BYTES as DEFAULT_POOL_BYTES
+from runtime.tensor_pool import TensorPool
 from runtime.thread_policy import batch_helpers, batch_new_helpers
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ class ServerOptions:
     idle_timeout: float = 0.0  # exit after this long without requests (0: never)
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
     cache_size_bytes: int = 0  # the response cache's budget (0: no cache)
+    tensor_pool_bytes: int = DEFAULT_POOL_BYTES  # shared memory large tensors are received into (0: none)
     frontend_processes: int = 0  # >0: that many processes serve HTTP and gRPC, this one the models (frontends/)
     batch_scheduled_helpers: bool = True  # every thread but the loop's, and the workers, under SCHED_BATCH
     # From the composition root (bootstrap), so that runtime never imports a backend: the backends' registry, and
@@ -115,7 +118,8 @@ class Server:
                                        self.control.refresh if options.source is not None else None)
         self.service = InferenceService(self.manager, self.control, options.server_name, options.strict_readiness,
                                         cache, Tracer(options.trace, export=trace_exporter(options.trace)),
-                                        on_demand)
+                                        on_demand, TensorPool(options.tensor_pool_bytes) if options.tensor_pool_bytes
+                                        else None)
         self.exit_code = 0
 
     async def run(self, stop: asyncio.Event) -> int:

@@ -7,8 +7,9 @@ buffer from here, and the HTTP route a large body's chunks.  The worker maps the
 descriptors travel once) and is handed where a tensor lies.
 
 A buffer returns to the pool once it and every view of it are gone (so a tensor a response still refers to keeps
-its memory); the pool never grows past ``max_bytes``, and a request that finds it full is received into private
-memory as before.  Models in this process read these buffers as any other numpy array.
+its memory); the pool never grows past ``max_bytes`` (``server.tensor_pool_bytes``) and keeps what it has grown to,
+as Triton's shared memory for its Python stubs does; a request that finds it full is received into private memory
+as before.  Models in this process read these buffers as any other numpy array.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from runtime.memfd_arena import MemfdArena, MemfdSegment
 
-DEFAULT_MAX_BYTES = 256 << 20
+DEFAULT_MAX_BYTES = 64 << 20  # server.tensor_pool_bytes
 DEFAULT_SEGMENT_BYTES = 16 << 20
 MIN_BYTES = 64 << 10  # below: a copy costs less than the allocation and its bookkeeping
 MEMFD_NAME = "triton-tensor-pool"  # its segments in /proc/<pid>/maps (a worker's too, once it maps them)

@@ -3,6 +3,7 @@ found where they lie, a full pool says so, and a peer maps the same memory throu
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import mmap
 import os
@@ -97,3 +98,17 @@ def test_no_descriptor_left_for_a_segment_gets_none() -> None:
                             cwd=Path(__file__).resolve().parent.parent)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "None"
+
+
+def test_the_core_offers_buffers_unless_the_pool_is_off(tmp_path: Path) -> None:
+    """server.tensor_pool_bytes reaches the core: its size bounds the buffers offered, 0 offers none."""
+    from tests.in_process import core
+
+    async def main() -> None:
+        async with core(tmp_path, tensor_pool_bytes=32 << 20) as service:
+            assert service.tensor_buffer(1 << 20) is not None
+            assert service.tensor_buffer(33 << 20) is None  # past the pool's size
+        async with core(tmp_path, tensor_pool_bytes=0) as service:
+            assert service.tensor_buffer(1 << 20) is None
+
+    asyncio.run(main())
