@@ -21,8 +21,6 @@ PARAMETER = "worker_max_memory_bytes"
 INTERVAL = 1.0
 
 
-
-
 def watch_memory(label: str, limit: int, worker_pid: Callable[[], int | None],
                  recycle_if_idle: Callable[[str], bool], stop: threading.Event) -> threading.Thread:
     """Start the watch of one instance's worker (until ``stop``): ``recycle_if_idle(why)`` is called while the
