@@ -8,8 +8,6 @@ its resident shared memory (``RssShmem``); the process that owns the pool counts
 
 from __future__ import annotations
 
-import psutil
-
 
 def own_resident_bytes(pid: int) -> int:
     """``pid``'s resident bytes less its resident shared memory (memfd and tmpfs pages); 0 once it is gone.  Where
@@ -22,6 +20,8 @@ def own_resident_bytes(pid: int) -> int:
         pass
     except OSError:
         return 0
+    import psutil  # only where /proc gives no split (psutil is not loaded at start-up)
+
     try:
         return psutil.Process(pid).memory_info().rss
     except psutil.Error:
