@@ -4,12 +4,16 @@ behavior the test sets (the servicer over the real core is the e2e suites' busin
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import grpc
+import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -17,6 +21,7 @@ from runtime.grpc.call_context import CallEnded
 from runtime.grpc.codec import RawResponse, SplitInferRequest, decode_infer_request
 from runtime.grpc.native import NATIVE_EDGE_BUILT, NativeGrpcServer
 from runtime.grpc.service import InferenceServicer, Undecodable
+from runtime.tensor_pool import TensorPool
 from tests.support import first_answer_once_admitted
 
 if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
@@ -72,8 +77,8 @@ def _refuse_without_token(method: str, metadata) -> CallEnded | None:
     return None
 
 
-@pytest.fixture
-def served():
+@contextlib.contextmanager
+def _serving(receive_into: Callable[[int], Any] | None = None) -> Iterator[tuple]:
     """(servicer, server, loop, a stub on a channel to it); the server stopped with no grace at the end."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -82,7 +87,7 @@ def served():
 
     async def start() -> NativeGrpcServer:
         server = NativeGrpcServer(servicer, [("grpc.max_receive_message_length", 1 << 20)], 2,
-                                  _refuse_without_token)
+                                  _refuse_without_token, receive_into)
         server.port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         return server
@@ -97,6 +102,12 @@ def served():
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+@pytest.fixture
+def served():
+    with _serving() as serving:
+        yield serving
 
 
 TOKEN = (("authorization", "Bearer right"),)
@@ -130,6 +141,44 @@ def test_large_tensors_arrive_as_views_of_the_message_and_answers_are_sent_from_
     stub.ModelInfer(request, metadata=TOKEN, timeout=10)
     assert not isinstance(servicer.received, SplitInferRequest)
     assert list(servicer.received.raw_input_contents) == [b"xyz", big[:16]]
+
+
+def _tensor_request(size: int) -> tuple[service_pb2.ModelInferRequest, bytes]:
+    request = service_pb2.ModelInferRequest(id="tensors", model_name="m")
+    request.inputs.add(name="A", datatype="UINT8", shape=[3])
+    request.inputs.add(name="B", datatype="UINT8", shape=[size])
+    big = (bytes(range(256)) * (size // 256 + 1))[:size]
+    request.raw_input_contents.extend([b"xyz", big])
+    return request, big
+
+
+def test_a_large_message_is_joined_into_the_buffer_offered_and_read_there():
+    pool = TensorPool(max_bytes=8 << 20, segment_bytes=1 << 20)
+    with _serving(pool.buffer) as (servicer, _, _, stub):
+        request, big = _tensor_request(300_000)
+        answer = stub.ModelInfer(request, metadata=TOKEN, timeout=10)
+        raws = servicer.received.raw_input_contents
+        assert [bytes(raw) for raw in raws] == [b"xyz", big] and list(answer.raw_output_contents)[2:] == [b"xyz", big]
+        assert pool.locate(np.frombuffer(raws[1], dtype=np.uint8)) is not None  # in the pool, in place
+        assert pool.in_use() > 0
+        servicer.received = raws = None
+        gc.collect()
+        assert pool.in_use() == 0  # back once nothing refers to it
+
+
+@pytest.mark.parametrize("offer", ["raises", "too small", "none"])
+def test_a_buffer_not_given_leaves_the_message_read_as_without_one(offer: str):
+    def receive_into(size: int) -> Any:
+        if offer == "raises":
+            raise RuntimeError("no buffer")
+        return bytearray(size // 2) if offer == "too small" else None
+
+    with _serving(receive_into) as (servicer, _, _, stub):
+        for _ in range(3):  # the edge goes on taking calls
+            request, big = _tensor_request(300_000)
+            answer = stub.ModelInfer(request, metadata=TOKEN, timeout=10)
+            assert [bytes(raw) for raw in servicer.received.raw_input_contents] == [b"xyz", big]
+            assert list(answer.raw_output_contents)[2:] == [b"xyz", big]
 
 
 def test_a_message_that_does_not_parse_is_invalid_argument(served):

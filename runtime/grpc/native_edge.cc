@@ -284,7 +284,12 @@ py::object ReceivedInto(grpc::ByteBuffer& buffer, const py::object& into, uint32
 py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field, size_t min_bytes,
                     const py::object& into) {
   if (split && !into.is_none() && buffer.Length() >= min_bytes) {
-    py::object received = ReceivedInto(buffer, into, field, min_bytes);
+    py::object received;
+    try {
+      received = ReceivedInto(buffer, into, field, min_bytes);
+    } catch (py::error_already_set&) {
+      received = py::none();  // ``into`` failed: the message is read into bytes of its own, as without it
+    }
     if (!received.is_none()) return received;
   }
   py::object whole = ToBytes(buffer);
