@@ -26,7 +26,7 @@ from handlers.python import bls
 from handlers.python.in_flight import RequestsInFlight
 from handlers.python.link import WorkerGone, WorkerLink
 from handlers.python.supervisor import WorkerSupervisor
-from handlers.python.transport import INLINE_MAX_BYTES
+from handlers.python.transport import pool_ref
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, ServingError, Unavailable
 from runtime.tensor_pool import TensorPool
@@ -46,7 +46,7 @@ def input_bytes(requests: list[InferRequest], pool: TensorPool | None = None) ->
                 continue
             if data.dtype == object:
                 total += data.size * 1024
-            elif data.nbytes <= INLINE_MAX_BYTES or pool is None or pool.locate(data) is None:
+            elif pool is None or pool_ref(pool, tensor.name, data, tensor.datatype) is None:
                 total += data.nbytes
     return total
 

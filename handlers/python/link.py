@@ -136,7 +136,7 @@ class WorkerLink:
     def send(self, message: tuple) -> None:
         with self._send_lock:
             self.arena.announce(self.connection, self.process.pid)
-            if self.pool is not None and self._pool_announced < len(self.pool.segments):
+            if self.pool is not None:
                 self._pool_announced = announce_segments(self.connection, self.process.pid, self.pool.segments,
                                                          self._pool_announced, POOL_SEGMENTS)
             self._send_returned()

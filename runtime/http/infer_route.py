@@ -83,7 +83,7 @@ class InferRoute:
             size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
             if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
                 budgeted += self.json_budget.take(size)  # budget what arrived
-            into = self.service.tensor_buffer if header_length is not None and len(chunks) > 1 else None
+            into = self.service.tensor_buffer if header_length is not None else None  # a binary body
             work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version, into)
             if size > _OFFLOAD_BYTES:
                 request, binary_default = await _off_loop(_decode, *work)
