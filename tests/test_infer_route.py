@@ -1,4 +1,5 @@
-"""The infer route's ASGI edges in process: the body as received, the watch for a client that leaves."""
+"""The infer route's ASGI edges in process: the body as received (the watch for a client that leaves and for the
+body's deadline: tests/test_request_watch.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import pytest
 
 from runtime.errors import Cancelled, ResourceExhausted
 from runtime.http.body import BodyTimeout, receive_asgi_body
-from runtime.http.infer_route import WATCH_AFTER_SECONDS, unless_disconnected
 
 
 def _receiving(*messages: dict, then_wait: bool = True):
@@ -53,50 +53,13 @@ def test_a_body_that_stops_arriving_or_whose_client_leaves_is_refused():
         asyncio.run(receive_asgi_body(_receiving(_body(b"a", True), then_wait=False), None, 10, 1))
 
 
-def test_work_is_cancelled_when_the_client_leaves():
-    async def scenario() -> bool:
-        never = asyncio.get_running_loop().create_future()
-        with pytest.raises(Cancelled):
-            await unless_disconnected(_receiving(then_wait=False), never)
-        current = asyncio.current_task()
-        assert current is not None and current.cancelling() == 0  # this task carries on, not cancelled
-        await asyncio.sleep(0)
-        return never.cancelled()
-
-    assert asyncio.run(scenario())
-
-
-def test_finished_work_is_returned_and_a_server_cancel_stays_a_cancel():
-    async def finished() -> str:
-        await asyncio.sleep(0)
-        return "answer"
-
+def test_without_a_timeout_of_its_own_the_body_waits_for_its_caller_to_bound_it():
     async def scenario() -> None:
-        assert await unless_disconnected(_receiving(), finished()) == "answer"
-        waiting = asyncio.ensure_future(unless_disconnected(_receiving(), asyncio.Event().wait()))
-        await asyncio.sleep(0.01)
-        waiting.cancel()
+        reading = asyncio.ensure_future(receive_asgi_body(_receiving(_body(b"a", True)), "2", 10, None))
+        await asyncio.sleep(0.1)
+        assert not reading.done()  # no deadline of its own
+        reading.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await waiting
-
-    asyncio.run(scenario())
-
-
-def test_an_answer_sooner_than_the_watch_delay_never_reads_for_a_disconnect():
-    """The watch costs a task and a receive per request: work done within WATCH_AFTER_SECONDS goes without it, and
-    work that takes longer is watched (a client leaving then cancels it)."""
-    reads = 0
-
-    async def counting_receive() -> dict:
-        nonlocal reads
-        reads += 1
-        return {"type": "http.disconnect"}
-
-    async def scenario() -> None:
-        assert await unless_disconnected(counting_receive, asyncio.sleep(WATCH_AFTER_SECONDS / 5, "quick")) == "quick"
-        assert reads == 0
-        with pytest.raises(Cancelled):
-            await unless_disconnected(counting_receive, asyncio.sleep(WATCH_AFTER_SECONDS * 20))
-        assert reads == 1
+            await reading
 
     asyncio.run(scenario())

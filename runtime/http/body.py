@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ class BodyTimeout(DeadlineExceeded):
 
 
 _WBITS_BY_ENCODING = {"gzip": 31, "deflate": 15}
+_UNBOUNDED = contextlib.nullcontext()  # no deadline of its own (reusable)
 
 
 def _too_large(limit: int) -> ResourceExhausted:
@@ -30,11 +32,12 @@ def _too_large(limit: int) -> ResourceExhausted:
 
 async def receive_asgi_body(
     receive: Receive, content_length: str | None, limit: int = DEFAULT_MAX_BODY_BYTES,
-    timeout: float = DEFAULT_BODY_TIMEOUT,
+    timeout: float | None = DEFAULT_BODY_TIMEOUT,
 ) -> list[bytes]:
     """The request body's chunks as received from ``receive``, refused before buffering when its Content-Length
     (or what arrives) exceeds ``limit`` bytes, refused (BodyTimeout) when it has not fully arrived within
-    ``timeout`` seconds, and Cancelled if the client disconnects first.
+    ``timeout`` seconds (None: the caller bounds the wait, as the infer route's request watch does), and
+    Cancelled if the client disconnects first.
 
     A body of a declared length is complete once that many bytes have come: the listener's closing message
     (granian sends an empty one after the data) is not waited for, which saves a hand-off per request."""
@@ -48,7 +51,7 @@ async def receive_asgi_body(
     chunks: list[bytes] = []
     total = 0
     try:
-        with deadline_wheel().timeout(timeout):
+        with deadline_wheel().timeout(timeout) if timeout is not None else _UNBOUNDED:
             while total != expected:
                 message = await receive()
                 if message["type"] == "http.disconnect":
@@ -64,6 +67,7 @@ async def receive_asgi_body(
             return chunks
     except TimeoutError:
         raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
+    return chunks
 
 
 async def receive_body(

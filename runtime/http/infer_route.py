@@ -2,10 +2,11 @@
 
 Inference is the one route every request takes, so it is served without Starlette: one regular expression
 instead of the router's list, the four headers it reads picked out of the scope's list, the body taken from
-``receive`` and the answer given to ``send`` as messages, and one task to watch for the client leaving (a queued
-request whose client is gone never runs).  Starlette's router, middleware, Request and Response objects cost
-about a fifth of a small request's CPU.  Every other request (other methods on this path included) goes to the
-application unchanged.
+``receive`` and the answer given to ``send`` as messages, the body's deadline and the watch for a client that
+leaves (a queued request whose client is gone never runs) kept for all requests by one sweep
+(``request_watch.py``).  Starlette's router, middleware, Request and Response objects cost about a fifth of a
+small request's CPU.  Every other request (other methods on this path included) goes to the application
+unchanged.
 """
 
 from __future__ import annotations
@@ -13,24 +14,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.api import InferenceApi
-from runtime.deadline_wheel import deadline_wheel
-from runtime.errors import Cancelled, ServingError, Unsupported
+from runtime.errors import ServingError, Unsupported
 from runtime.http.body import ByteBudget, assemble_body, compress, receive_asgi_body
 from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
+from runtime.http.request_watch import watch_request
 from runtime.http.sending import Part, UnsentBytes, send_answer
 from runtime.http.status import error_body, error_status
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
-WATCH_AFTER_SECONDS = 0.05  # how long an infer request runs before a client that leaves is watched for
 # Large bodies are joined, inflated, decoded and encoded off the event loop, on one thread: that work
 # holds the GIL anyway, and one holder at a time keeps the loop's (health probes') waits short.
 _OFFLOAD_BYTES = 1 << 20
@@ -78,22 +77,25 @@ class InferRoute:
         content_length, encoding, accept_encoding, header_length, traceparent = _read_headers(scope)
         declared = _declared_json_bytes(content_length, header_length) if _may_exceed(content_length) else 0
         budgeted = self.json_budget.take(declared) if declared > _OFFLOAD_BYTES else 0
-        try:
-            chunks = await receive_asgi_body(receive, content_length, self.max_body_bytes, self.body_timeout)
-            size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
-            if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
-                budgeted += self.json_budget.take(size)  # budget what arrived
-            into = self.service.tensor_buffer if header_length is not None else None  # a binary body
-            work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version, into)
-            if size > _OFFLOAD_BYTES:
-                request, binary_default = await _off_loop(_decode, *work)
-            else:
-                request, binary_default = _decode(*work)
-        finally:
-            if budgeted:
-                self.json_budget.give_back(budgeted)
-        request.trace_context = traceparent  # continued by tracing in opentelemetry mode
-        response = await unless_disconnected(receive, self.service.infer(request))
+        with watch_request(receive, self.body_timeout) as watched:  # the body's deadline, then the client leaving
+            try:
+                chunks = await receive_asgi_body(receive, content_length, self.max_body_bytes, None)
+                watched.body_read()
+                size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
+                if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
+                    budgeted += self.json_budget.take(size)  # budget what arrived
+                into = self.service.tensor_buffer if header_length is not None else None  # a binary body
+                work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version,
+                        into)
+                if size > _OFFLOAD_BYTES:
+                    request, binary_default = await _off_loop(_decode, *work)
+                else:
+                    request, binary_default = _decode(*work)
+            finally:
+                if budgeted:
+                    self.json_budget.give_back(budgeted)
+            request.trace_context = traceparent  # continued by tracing in opentelemetry mode
+            response = await self.service.infer(request)
         if sum(t.data.nbytes for t in response.outputs if t.data is not None) > _OFFLOAD_BYTES:
             return await _off_loop(_encode, response, binary_default, accept_encoding or "")
         return _encode(response, binary_default, accept_encoding or "")
@@ -150,38 +152,3 @@ def _encode(response, binary_default: bool,
     if encoding:
         headers.append((b"content-encoding", encoding.encode()))
     return 200, headers, payload
-
-
-async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
-    """Await ``work`` in this task, cancelled (so a queued request never runs) if the client disconnects meanwhile:
-    Cancelled then, and a server cancelling this task still gets CancelledError.  The watch starts only once the
-    work has taken ``WATCH_AFTER_SECONDS``: most answers come sooner, and a watch task per request cost them more
-    than their model did."""
-    task = asyncio.current_task()
-    assert task is not None
-    left = False
-    watcher: asyncio.Task | None = None
-
-    async def watch() -> None:
-        nonlocal left
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        left = True
-        task.cancel()
-
-    def start_watching() -> None:
-        nonlocal watcher
-        watcher = asyncio.get_running_loop().create_task(watch())
-
-    timer = deadline_wheel().call_later(WATCH_AFTER_SECONDS, start_watching)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if left:
-            task.uncancel()
-            raise Cancelled("the client disconnected") from None
-        raise
-    finally:
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
