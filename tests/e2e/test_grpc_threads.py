@@ -26,9 +26,12 @@ from tests.support import (
     write_model,
 )
 
-# sleeps IN[0] seconds (watching for cancellation, which it notes in a file), then answers IN
+# notes that it started (a file), sleeps IN[0] seconds (watching for cancellation, which it notes in another),
+# then answers IN
 SLOW = python_model_source(
     """
+    with open(os.path.join(self.args["model_repository"], "started"), "a") as marker:
+        marker.write(requests[0].request_id() + "\\n")
     seconds = float(pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()[0])
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -142,11 +145,19 @@ def test_streams_past_the_bound_are_refused_and_a_closed_one_frees_its_place(ser
                 release.set()
 
 
-def _answer_into(outcome: queue.Queue, url: str, seconds: float) -> None:
+def _answer_into(outcome: queue.Queue, url: str, seconds: float, request_id: str) -> None:
     try:
-        outcome.put(_infer(url, seconds))
+        outcome.put(_infer(url, seconds, request_id))
     except InferenceServerException as exc:
         outcome.put(exc)
+
+
+def _wait_until_executing(repository: Path, request_id: str) -> None:
+    """Until the slow model has started on ``request_id`` (a fixed sleep lost that race on a loaded machine)."""
+    marker, deadline = repository / "slow" / "started", time.monotonic() + 30
+    while not (marker.exists() and request_id in marker.read_text().split()):
+        assert time.monotonic() < deadline, "the model never started executing"
+        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("front_end", list(FRONT_ENDS))
@@ -159,9 +170,11 @@ def test_sigterm_lets_a_grpc_call_finish_and_cuts_off_one_past_the_drain(tmp_pat
         process = ServerProcess(repository, *threads, "--shutdown-timeout", timeout,
                                 log=tmp_path / f"server-{front_end}-{timeout}.log").start()
         outcome: queue.Queue = queue.Queue()
-        client = threading.Thread(target=_answer_into, args=(outcome, process.grpc_url, seconds), daemon=True)
+        request_id = f"drain-{front_end}-{timeout}"
+        client = threading.Thread(target=_answer_into, args=(outcome, process.grpc_url, seconds, request_id),
+                                  daemon=True)
         client.start()
-        time.sleep(0.5)  # executing
+        _wait_until_executing(repository, request_id)
         started = time.monotonic()
         process.process.send_signal(signal.SIGTERM)
         code = process.process.wait(timeout=float(timeout) + EXIT_GRACE_SECONDS + 10)
