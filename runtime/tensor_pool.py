@@ -14,7 +14,6 @@ as before.  Models in this process read these buffers as any other numpy array.
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import weakref
 
@@ -48,8 +47,9 @@ class TensorPool:
             while len(self._bases) <= segment:  # a segment this allocation added
                 mapped = self._arena.segments[len(self._bases)].map
                 self._bases.append(np.frombuffer(mapped, dtype=np.uint8, count=1).ctypes.data)
-        memory = (ctypes.c_char * nbytes).from_buffer(self._arena.segments[segment].map, offset)
-        array = np.frombuffer(memory, dtype=np.uint8)
+        # its views keep it (their base) and so the memory; not a ctypes buffer, whose ``c_char * n`` type is made
+        # anew whenever the collector has freed the last one of that size
+        array = np.frombuffer(self._arena.segments[segment].map, dtype=np.uint8, count=nbytes, offset=offset)
         weakref.finalize(array, self._arena.release, segment, offset, nbytes)
         return array
 

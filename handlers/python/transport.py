@@ -17,7 +17,6 @@ reference points into them.
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import pickle
@@ -191,9 +190,7 @@ class PeerMemory:
             array = self.array(ref, copy=True)
             release(ref)
             return array
-        owner = _Borrowed(self.segments[segment].map, offset, nbytes, shape, wire_dtype(datatype))
-        weakref.finalize(owner, release, ref)
-        return np.asarray(owner)
+        return _borrowed(self.segments[segment].map, offset, nbytes, shape, wire_dtype(datatype), release, ref)
 
     def close(self) -> None:
         for segment in self.segments.values():
@@ -201,10 +198,12 @@ class PeerMemory:
         self.segments.clear()
 
 
-class _Borrowed:
-    """Owns a borrowed tensor's memory for numpy: arrays made from it (and their views) keep it alive."""
-
-    def __init__(self, segment: mmap.mmap, offset: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.buffer = (ctypes.c_char * nbytes).from_buffer(segment, offset)
-        self.__array_interface__ = {"data": (ctypes.addressof(self.buffer), False), "shape": shape,
-                                    "typestr": dtype.str, "version": 3}
+def _borrowed(segment: mmap.mmap, offset: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtype,
+              release: Callable[[TensorRef], None], ref: TensorRef) -> np.ndarray:
+    """The tensor's array on ``segment``, ``release(ref)`` run once it and every view of it are gone: views keep
+    the flat array they came from as their base (numpy stops collapsing bases at one whose own base, the mapping,
+    is not an array).  Not a ctypes buffer: ``c_char * n`` makes a new type whenever the collector has freed the
+    last one of that size (36 us a tensor on a slow machine here)."""
+    flat = np.frombuffer(segment, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
+    weakref.finalize(flat, release, ref)
+    return flat.reshape(shape)
