@@ -84,7 +84,7 @@ def test_a_body_past_its_deadline_is_a_body_timeout_and_one_in_time_is_not():
         started = loop.time()
         with pytest.raises(BodyTimeout):
             await _serve(watch, _receive(), lambda: asyncio.sleep(0), body=asyncio.Event().wait, body_timeout=0.1)
-        assert 0.1 <= loop.time() - started < 0.1 + WATCH_AFTER + 4 * SWEEP
+        assert 0.1 <= loop.time() - started < 1.0  # due at 0.1 + a sweep; slack for a loaded machine
         current = asyncio.current_task()
         assert current is not None and current.cancelling() == 0
         # a body that arrives after the watch delay but before its deadline is served; a client that stays
