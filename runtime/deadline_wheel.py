@@ -3,7 +3,9 @@
 Every inference request carried two deadlines of its own: its body must arrive within ``body_timeout``, and a
 request still running after 50 ms starts watching for its client leaving.  Under uvloop each was a libuv timer
 handle, allocated, started, stopped and closed per request: 5-10 us of a small request's ~75 us (measured in
-process, ``scripts.bench_http_app``), for deadlines that fire for almost no request.
+process, ``scripts.bench_http_app``), for deadlines that fire for almost no request.  (The HTTP infer route now
+keeps those two with one sweep, ``runtime/http/request_watch.py``; other bodies, a Python batch's execute deadline
+and the scheduler's overdue runs stay here.)
 
 Here a deadline is an entry in the bucket of its ``RESOLUTION``-wide slot (a dict insert, and a dict removal when
 cancelled); one loop timer wakes at the earliest slot that has a bucket and runs what is due.  A deadline fires
@@ -17,9 +19,10 @@ import asyncio
 import heapq
 import math
 import time
-import weakref
 from collections.abc import Callable
 from types import TracebackType
+
+from runtime.loop_local import LoopLocal
 
 RESOLUTION = 0.01  # seconds per slot
 _EARLY = 0.002  # a slot this close to due runs now (loop timers fire to the millisecond, not the microsecond)
@@ -132,23 +135,9 @@ class WheelTimeout:
             raise TimeoutError from exc
 
 
-_WHEELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DeadlineWheel] = weakref.WeakKeyDictionary()
-
-
-_recent: tuple[weakref.ref, DeadlineWheel] | None = None  # the last loop asked for (weakly) and its wheel
+_WHEELS: LoopLocal[DeadlineWheel] = LoopLocal(DeadlineWheel)
 
 
 def deadline_wheel() -> DeadlineWheel:
-    """The running loop's wheel (made on first use; it holds no reference to the loop).  Asked about twice per
-    request: the last loop's wheel is kept at hand, where a WeakKeyDictionary lookup makes a weak reference each
-    time."""
-    global _recent
-    loop = asyncio.get_running_loop()
-    recent = _recent
-    if recent is not None and recent[0]() is loop:
-        return recent[1]
-    wheel = _WHEELS.get(loop)
-    if wheel is None:
-        wheel = _WHEELS[loop] = DeadlineWheel()
-    _recent = (weakref.ref(loop), wheel)
-    return wheel
+    """The running loop's wheel (made on first use; it holds no reference to the loop)."""
+    return _WHEELS.get(asyncio.get_running_loop())

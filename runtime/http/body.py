@@ -67,7 +67,6 @@ async def receive_asgi_body(
             return chunks
     except TimeoutError:
         raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
-    return chunks
 
 
 async def receive_body(

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from runtime.errors import Cancelled, ServingError
 from runtime.http.body import BodyTimeout
+from runtime.loop_local import LoopLocal
 
 WATCH_AFTER_SECONDS = 0.05  # how long an infer request runs before a client that leaves is watched for
 SWEEP_SECONDS = 0.025
@@ -157,22 +157,12 @@ class RequestWatch:
             self._sweep = asyncio.get_running_loop().call_later(self.sweep_every, self._run_sweep)
 
 
-_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RequestWatch] = weakref.WeakKeyDictionary()
-_recent: tuple[weakref.ref, RequestWatch] | None = None  # the last loop asked for (weakly) and its watch
+_WATCHES: LoopLocal[RequestWatch] = LoopLocal(RequestWatch)
 
 
 def watch_request(receive: Receive, body_timeout: float) -> WatchedRequest:
     """Put the current task's request under its loop's watch (made on first use)."""
-    global _recent
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("a request is watched from inside its task")
-    loop = task.get_loop()
-    recent = _recent
-    if recent is not None and recent[0]() is loop:
-        return recent[1].enter(task, receive, body_timeout)
-    watch = _WATCHES.get(loop)
-    if watch is None:
-        watch = _WATCHES[loop] = RequestWatch()
-    _recent = (weakref.ref(loop), watch)
-    return watch.enter(task, receive, body_timeout)
+    return _WATCHES.get(task.get_loop()).enter(task, receive, body_timeout)
