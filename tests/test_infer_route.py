@@ -1,14 +1,21 @@
 """The infer route's ASGI edges in process: the body as received (the watch for a client that leaves and for the
-body's deadline: tests/test_request_watch.py)."""
+body's deadline: tests/test_request_watch.py), and a large JSON body decoded where it leaves the event loop free."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
+import numpy as np
+import orjson
 import pytest
 
 from runtime.errors import Cancelled, ResourceExhausted
-from runtime.http.body import BodyTimeout, receive_asgi_body
+from runtime.http.body import BodyTimeout, ByteBudget, receive_asgi_body
+from runtime.http.codec import decode_infer_request
+from runtime.http.infer_route import InferRoute
+from runtime.http.sending import UnsentBytes
+from runtime.types import InferRequest, InferResponse, InferTensor
 
 
 def _receiving(*messages: dict, then_wait: bool = True):
@@ -63,3 +70,66 @@ def test_without_a_timeout_of_its_own_the_body_waits_for_its_caller_to_bound_it(
             await reading
 
     asyncio.run(scenario())
+
+
+class _SumService:
+    """The three calls the infer route makes of its service: sums its one input."""
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        return False
+
+    def tensor_buffer(self, nbytes: int) -> None:
+        return None
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        total = np.array([request.inputs[0].data.sum(dtype=np.float64)])
+        return InferResponse(request.model_name, "1", request.id, [InferTensor("SUM", "FP64", (1,), total)])
+
+
+def test_a_large_json_body_is_decoded_off_the_event_loop():
+    values = np.random.default_rng(0).random(2_000_000).astype(np.float32)
+    body = orjson.dumps({"inputs": [{"name": "IN", "shape": [len(values)], "datatype": "FP32",
+                                     "data": values.astype(np.float64)}]}, option=orjson.OPT_SERIALIZE_NUMPY)
+    started = time.perf_counter()
+    decode_infer_request(body, None, "sum", "")
+    one_decode = time.perf_counter() - started  # what the loop would stall for, were the body decoded on it
+
+    async def missing_app(scope, receive, send) -> None:
+        raise AssertionError("not an infer request")
+
+    route = InferRoute(missing_app, _SumService(), 1 << 30, 60.0, ByteBudget(1 << 30), UnsentBytes())
+    scope = {"type": "http", "method": "POST", "path": "/v2/models/sum/infer",
+             "headers": [(b"content-length", str(len(body)).encode())]}
+    step = 1 << 20
+    chunks = [_body(body[i : i + step], i + step < len(body)) for i in range(0, len(body), step)]
+
+    async def receive() -> dict:
+        await asyncio.sleep(0)  # a chunk at a time, as from a socket
+        return chunks.pop(0)
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def slowest_tick(done: asyncio.Event) -> float:
+        slowest, last = 0.0, time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.002)
+            now = time.perf_counter()
+            slowest, last = max(slowest, now - last), now
+        return slowest
+
+    async def main() -> float:
+        done = asyncio.Event()
+        ticking = asyncio.create_task(slowest_tick(done))
+        await asyncio.sleep(0.01)  # ticking already
+        await route(scope, receive, send)
+        done.set()
+        return await ticking
+
+    slowest = asyncio.run(main())
+    assert sent[0]["status"] == 200, sent
+    answer = orjson.loads(b"".join(message.get("body", b"") for message in sent[1:]))
+    assert answer["outputs"][0]["data"][0] == pytest.approx(values.sum(dtype=np.float64), rel=1e-6)
+    assert slowest < one_decode / 2, (slowest, one_decode)

@@ -25,7 +25,7 @@ _SLICE_BYTES = 1 << 20
 _OUTPUT_SLICE = 1 << 18  # elements per orjson call
 _CUT_OUT_BYTES = 1 << 16  # flat numeric arrays at least this long are cut out of the header before it is parsed
 _DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
-_NOT_FLAT_NUMBERS = re.compile(rb"[^0-9\s,.eE+\-]")
+_FLAT_NUMBER_BYTES = b"0123456789 \t\n\r\x0b\x0c,.eE+-"  # all a flat array of numbers may hold between its brackets
 # buffer type simdjson fills, per datatype parsed on the fast path
 _BUFFER_TYPE = {
     "INT8": "q", "INT16": "q", "INT32": "q", "INT64": "q",
@@ -64,7 +64,7 @@ def _parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int)
     """
     if data[start : start + 1] != b"[" or data[end - 1 : end] != b"]":
         raise _NotFast
-    if data.count(b"[", start, end) > 1:  # nesting only groups: the commas still separate
+    if data.find(b"[", start + 1, end) >= 0:  # nesting only groups: the commas still separate (memchr, not count)
         data = b"[" + data[start:end].translate(None, b"[]") + b"]"
         start, end = 0, len(data)
     if count > (end - start - 1) // 2:  # n numbers take at least 2n + 1 bytes: never allocate what the shape claims
@@ -94,14 +94,15 @@ def _parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int)
 def _flat_array_end(data: bytes, start: int) -> int:
     """Where the flat numeric array opening at ``data[start]`` ends (after its ``]``), or -1 if it is not one.
 
-    Scanned in windows, so no single call holds the GIL for long."""
-    position = start + 1
-    while position < len(data):
-        found = _NOT_FLAT_NUMBERS.search(data, position, position + _SLICE_BYTES)
-        if found is not None:
-            return found.end() if data[found.start() : found.end()] == b"]" else -1
-        position += _SLICE_BYTES
-    return -1
+    The first ``]`` is found with memchr, then what lies before it is checked in windows by deleting every byte a
+    number list may hold (``bytes.translate``: 5x a regex's speed), so no single call holds the GIL for long."""
+    closing = data.find(b"]", start + 1)
+    if closing < 0:
+        return -1
+    for position in range(start + 1, closing, _SLICE_BYTES):
+        if data[position : min(closing, position + _SLICE_BYTES)].translate(None, _FLAT_NUMBER_BYTES):
+            return -1
+    return closing + 1
 
 
 def cut_out_arrays(header: bytes) -> tuple[bytes, dict[bytes, tuple[int, int]]]:

@@ -100,7 +100,10 @@ def test_four_59_mib_json_requests_at_once(tmp_path):
               f"slowest health answer {slowest * 1000:.0f} ms of {answered}")
         assert per_mib < 2.5  # was 10-11 MiB per MiB of JSON
         assert answered > 10
-        assert slowest < 0.25  # was 1.8 s when large bodies were decoded on the event loop; 30-110 ms now
+        # Within Kubernetes' default probe timeout (1 s): 1.8 s when large bodies were decoded on the event loop;
+        # 30-110 ms since on a quiet machine, up to 414 ms on a 2-core VM busy with the four uploads (the GIL and the
+        # CPUs shared). That the decode leaves the loop is checked in process: tests/test_infer_route.py.
+        assert slowest < 1.0
     finally:
         assert process.stop() == 0, process.log()
 
