@@ -1,11 +1,12 @@
 """Side by side with real Triton: the same three Python-backend models, the same client, one run.
 
-Each server (real Triton 2.51 from the nvidia-pytriton wheel, prepared by scripts/triton_oracle.sh, then
-ours) runs alone, its whole process tree pinned to CPU 0; the closed-loop tritonclient load generator runs on
-CPU 1 (on a one-CPU machine nothing is pinned), as ``../shared/bench-vs-triton/load.py`` drives it: gRPC with
-tritonclient.grpc.aio, HTTP with the synchronous tritonclient.http in threads, one client each, inputs and outputs
-as binary data (tritonclient.http.aio takes ~30 ms per 600 KB answer and asks for gzip: with it the client, and
-compression, are what an HTTP run measures).  Printed as ours / Triton ratios, from one run.
+Each server (real Triton 2.51 from the nvidia-pytriton wheel, prepared by scripts/triton_oracle.sh, and
+ours) runs with its whole process tree pinned to CPU 0, measured one at a time; the closed-loop tritonclient
+load generator runs on CPU 1 (on a one-CPU machine nothing is pinned), as ``../shared/bench-vs-triton/load.py``
+drives it: gRPC with tritonclient.grpc.aio, HTTP with the synchronous tritonclient.http in threads, one client
+each, inputs and outputs as binary data (tritonclient.http.aio takes ~30 ms per 600 KB answer and asks for gzip:
+with it the client, and compression, are what an HTTP run measures).  Printed as ours / Triton ratios, from one
+run.
 
 - ``add_sub_batch``: a tiny model with dynamic batching: the per-request overhead.
 - ``identity_big``: 600 KB in and out per request: the data path (copies, IPC).
@@ -18,7 +19,8 @@ the gRPC stacks' own floors measured in the same run: ``scripts.benchmark``'s ec
 on grpcio's thread-pool server (ModelInfer answered with its inputs, no model, no checks) under the same load for
 add_sub_batch, pinned like the servers, beside Triton's rate and CPU per request.
 
-Each point is the better of two rounds (``--rounds``), the servers taking turns, as in ../shared/bench-vs-triton.
+Each point is the better of two rounds (``--rounds``); the servers run side by side and take turns point by point
+(the order reversed each round), so that the two figures of a ratio are measured seconds apart.
 
 Usage: python -m scripts.bench_vs_triton [--requests N] [--concurrency 1 32] [--protocols grpc http] [--rounds 2]
 """
@@ -415,45 +417,34 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
                  protocols: tuple[str, ...] = ("grpc", "http"),
                  servers: tuple[str, ...] = ("triton", "ours"), rounds: int = 2) -> list[dict]:
     """Every (protocol, model, concurrency) point for Triton and for us, one dict each: the better of ``rounds``
-    rounds, the servers taking turns (Triton, us, Triton, us...), so that a slow spell of the shared machine
-    weighs on one round of one server, not on a whole run."""
+    rounds. Every server runs from the start, all pinned to CPU 0 (one that is not being measured takes no CPU to
+    speak of: Triton 0%, ours 0.4%), and the servers take turns point by point, the order reversed every round, so
+    that each ratio compares measurements seconds apart: this machine's speed drifts by tens of percent over the
+    minutes a whole round of one server takes, which weighed on one server's round, not on a point."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-vs-triton-"))
     rows: list[dict] = []
+    running: dict[str, tuple[subprocess.Popen, int | None, int]] = {}
     try:
-        for server in [server for _ in range(rounds) for server in servers]:
-            if server in FLOORS:
-                process, http_port, grpc_port = start_grpc_floor(FLOOR_STACKS[server])
-            else:
-                repository = workdir / f"repo-{server}"
-                if not repository.exists():
-                    build_repository(repository, server)
-                start = start_triton if server == "triton" else start_ours
-                process, http_port, grpc_port = start(repository, workdir)
-            try:
-                if server not in FLOORS:
-                    wait_ready(process, http_port)
-                for protocol in protocols:
-                    if server in FLOORS and protocol != "grpc":
-                        continue
-                    port = grpc_port if protocol == "grpc" else http_port
-                    for model in MODELS:
-                        if (server == "triton" and model in OURS_ONLY) or (server in FLOORS
-                                                                           and model not in FLOOR_MODELS):
-                            continue
-                        count = requests if model.startswith("add_sub") else requests // 3
-                        for c in concurrency:
-                            before = tree_cpu_seconds(process.pid)
-                            row = {"server": server, "protocol": protocol, "model": model, "c": c,
-                                   **load(protocol, port, model, c, count)}
-                            # the load's warm-up requests count too: 20 of them, besides the measured ones
-                            row["cpu_us"] = (tree_cpu_seconds(process.pid) - before) / (count + 20) * 1e6
-                            rows.append(row)
-                            print(f"  {server:6} {protocol:4} {model:13} c={c:<3} {row['rps']:8.1f} req/s  "
-                                  f"p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms  "
-                                  f"server CPU {row['cpu_us']:.0f} us/req", flush=True)
-            finally:
-                stop_tree(process)
+        for server in servers:
+            running[server] = _start_server(server, workdir)
+        for server, (process, http_port, _) in running.items():
+            if server not in FLOORS:
+                wait_ready(process, http_port)
+        for round_index in range(rounds):
+            order = list(running) if round_index % 2 == 0 else list(reversed(running))
+            for protocol in protocols:
+                for model in MODELS:
+                    count = requests if model.startswith("add_sub") else requests // 3
+                    for c in concurrency:
+                        for server in order:
+                            if not _serves(server, protocol, model):
+                                continue
+                            process, http_port, grpc_port = running[server]
+                            port = grpc_port if protocol == "grpc" else http_port
+                            rows.append(_measure(server, process, protocol, port, model, c, count))
     finally:
+        for process, _, _ in running.values():
+            stop_tree(process)
         shutil.rmtree(workdir, ignore_errors=True)
     best: dict[tuple, dict] = {}
     for row in rows:
@@ -461,6 +452,38 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
         if point not in best or row["rps"] > best[point]["rps"]:
             best[point] = row
     return list(best.values())
+
+
+def _start_server(server: str, workdir: Path) -> tuple[subprocess.Popen, int | None, int]:
+    """``server`` started (a floor: answering already; Triton and ours: see ``wait_ready``): (its process, HTTP
+    port or None, gRPC port)."""
+    if server in FLOORS:
+        return start_grpc_floor(FLOOR_STACKS[server])
+    repository = workdir / f"repo-{server}"
+    build_repository(repository, server)
+    return (start_triton if server == "triton" else start_ours)(repository, workdir)
+
+
+def _serves(server: str, protocol: str, model: str) -> bool:
+    """Whether ``server`` is measured at this point: Triton has no ``OURS_ONLY`` model, a floor only its model over
+    gRPC."""
+    if server == "triton":
+        return model not in OURS_ONLY
+    if server in FLOORS:
+        return protocol == "grpc" and model in FLOOR_MODELS
+    return True
+
+
+def _measure(server: str, process: subprocess.Popen, protocol: str, port: int, model: str, c: int,
+             count: int) -> dict:
+    """One point's row, printed as it is measured: the load's rate and latencies, and the server's CPU per request."""
+    before = tree_cpu_seconds(process.pid)
+    row = {"server": server, "protocol": protocol, "model": model, "c": c, **load(protocol, port, model, c, count)}
+    # the load's warm-up requests count too: 20 of them, besides the measured ones
+    row["cpu_us"] = (tree_cpu_seconds(process.pid) - before) / (count + 20) * 1e6
+    print(f"  {server:6} {protocol:4} {model:13} c={c:<3} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:.2f} ms  "
+          f"p99 {row['p99_ms']:.2f} ms  server CPU {row['cpu_us']:.0f} us/req", flush=True)
+    return row
 
 
 # ours / Triton in requests per second, by (model, protocol, concurrency): issue #24's targets
@@ -539,7 +562,8 @@ def main() -> None:
     parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor-native", "floor-threads"],
                         choices=["triton", "ours", *FLOORS], help="floor-native, floor-threads, floor: the native "
                         "edge, grpcio thread-pool and grpc.aio echo servers (gRPC only)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds per server, taking turns; the better counts")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, the servers taking turns at each point; the "
+                        "better counts")
     args = parser.parse_args()
     rows = side_by_side(args.requests, tuple(args.concurrency), tuple(args.protocols), tuple(args.servers),
                         args.rounds)
