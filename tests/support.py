@@ -157,6 +157,26 @@ def first_answer_once_admitted(open_stream: Callable[[], Iterator], timeout: flo
             time.sleep(0.05)
 
 
+# A Python model in the server's own process that sums its one FP32 input of any length (large JSON bodies' tests).
+JSON_SUM_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "SUM" data_type: TYPE_FP64 dims: [ 1 ] } ]
+parameters { key: "isolation" value { string_value: "thread" } }
+"""
+JSON_SUM = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array(
+            [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy().sum(dtype=np.float64)]))]) for r in requests]
+"""
+
+
 def write_model(
     repository: Path,
     name: str,

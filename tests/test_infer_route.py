@@ -15,7 +15,8 @@ from runtime.http.body import BodyTimeout, ByteBudget, receive_asgi_body
 from runtime.http.codec import decode_infer_request
 from runtime.http.infer_route import InferRoute
 from runtime.http.sending import UnsentBytes
-from runtime.types import InferRequest, InferResponse, InferTensor
+from tests.in_process import core
+from tests.support import JSON_SUM, JSON_SUM_CONFIG, write_model
 
 
 def _receiving(*messages: dict, then_wait: bool = True):
@@ -72,33 +73,20 @@ def test_without_a_timeout_of_its_own_the_body_waits_for_its_caller_to_bound_it(
     asyncio.run(scenario())
 
 
-class _SumService:
-    """The three calls the infer route makes of its service: sums its one input."""
-
-    def is_decoupled(self, name: str, version: str = "") -> bool:
-        return False
-
-    def tensor_buffer(self, nbytes: int) -> None:
-        return None
-
-    async def infer(self, request: InferRequest) -> InferResponse:
-        total = np.array([request.inputs[0].data.sum(dtype=np.float64)])
-        return InferResponse(request.model_name, "1", request.id, [InferTensor("SUM", "FP64", (1,), total)])
-
-
-def test_a_large_json_body_is_decoded_off_the_event_loop():
+def test_a_large_json_body_is_decoded_off_the_event_loop(tmp_path):
     values = np.random.default_rng(0).random(2_000_000).astype(np.float32)
     body = orjson.dumps({"inputs": [{"name": "IN", "shape": [len(values)], "datatype": "FP32",
                                      "data": values.astype(np.float64)}]}, option=orjson.OPT_SERIALIZE_NUMPY)
     started = time.perf_counter()
-    decode_infer_request(body, None, "sum", "")
+    decode_infer_request(body, None, "json_sum", "")
     one_decode = time.perf_counter() - started  # what the loop would stall for, were the body decoded on it
+
+    write_model(tmp_path, "json_sum", JSON_SUM_CONFIG, {"1/model.py": JSON_SUM})
 
     async def missing_app(scope, receive, send) -> None:
         raise AssertionError("not an infer request")
 
-    route = InferRoute(missing_app, _SumService(), 1 << 30, 60.0, ByteBudget(1 << 30), UnsentBytes())
-    scope = {"type": "http", "method": "POST", "path": "/v2/models/sum/infer",
+    scope = {"type": "http", "method": "POST", "path": "/v2/models/json_sum/infer",
              "headers": [(b"content-length", str(len(body)).encode())]}
     step = 1 << 20
     chunks = [_body(body[i : i + step], i + step < len(body)) for i in range(0, len(body), step)]
@@ -121,12 +109,14 @@ def test_a_large_json_body_is_decoded_off_the_event_loop():
         return slowest
 
     async def main() -> float:
-        done = asyncio.Event()
-        ticking = asyncio.create_task(slowest_tick(done))
-        await asyncio.sleep(0.01)  # ticking already
-        await route(scope, receive, send)
-        done.set()
-        return await ticking
+        async with core(tmp_path) as service:
+            route = InferRoute(missing_app, service, 1 << 30, 60.0, ByteBudget(1 << 30), UnsentBytes())
+            done = asyncio.Event()
+            ticking = asyncio.create_task(slowest_tick(done))
+            await asyncio.sleep(0.01)  # ticking already
+            await route(scope, receive, send)
+            done.set()
+            return await ticking
 
     slowest = asyncio.run(main())
     assert sent[0]["status"] == 200, sent

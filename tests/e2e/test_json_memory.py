@@ -14,25 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.support import ServerProcess, write_model
-
-SUM_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "SUM" data_type: TYPE_FP64 dims: [ 1 ] } ]
-parameters { key: "isolation" value { string_value: "thread" } }
-"""
-SUM = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array(
-            [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy().sum(dtype=np.float64)]))]) for r in requests]
-"""
+from tests.support import JSON_SUM, JSON_SUM_CONFIG, ServerProcess, write_model
 
 
 def json_body(values: np.ndarray) -> bytes:
@@ -48,7 +30,7 @@ def peak_rss_bytes(pid: int) -> int:
 
 
 def _server(tmp_path: Path, yaml: str) -> ServerProcess:
-    write_model(tmp_path / "models", "json_sum", SUM_CONFIG, {"1/model.py": SUM})
+    write_model(tmp_path / "models", "json_sum", JSON_SUM_CONFIG, {"1/model.py": JSON_SUM})
     config = tmp_path / "function.yaml"
     config.write_text(yaml)
     return ServerProcess(tmp_path / "models", "--config", str(config)).start()
