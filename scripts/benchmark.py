@@ -61,6 +61,7 @@ from scripts.bench_frontends import available as frontends_available
 from scripts.bench_frontends import print_scaling, scaling
 from scripts.bench_vs_triton import pinned, print_ratios, ratios, side_by_side, wait_grpc_live
 from scripts.bench_vs_triton import targets as triton_targets
+from tests.support import JSON_SUM, JSON_SUM_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,23 +167,6 @@ def build_repository(folder: Path) -> Path:
     return folder
 
 
-JSON_SUM_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "SUM" data_type: TYPE_FP64 dims: [ 1 ] } ]
-parameters { key: "isolation" value { string_value: "thread" } }
-"""
-JSON_SUM = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array(
-            [pb_utils.get_input_tensor_by_name(r, "IN").as_numpy().sum(dtype=np.float64)]))]) for r in requests]
-"""
 HEALTH_PROBE = """
 import socket, sys, time
 port, seconds = int(sys.argv[1]), float(sys.argv[2])

@@ -157,7 +157,8 @@ def first_answer_once_admitted(open_stream: Callable[[], Iterator], timeout: flo
             time.sleep(0.05)
 
 
-# A Python model in the server's own process that sums its one FP32 input of any length (large JSON bodies' tests).
+# A Python model in the server's own process that sums its one FP32 input of any length (the large-JSON tests and
+# scripts/benchmark.py's JSON run).
 JSON_SUM_CONFIG = """
 backend: "python"
 max_batch_size: 0
