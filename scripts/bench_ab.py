@@ -47,7 +47,11 @@ def tree_parts(pid: int) -> dict[str, tuple[float, int]]:
     except psutil.NoSuchProcess:
         return {part: (0.0, 0) for part in PARTS}
     for process in processes:
-        for tid in os.listdir(f"/proc/{process.pid}/task") if os.path.isdir(f"/proc/{process.pid}/task") else ():
+        try:
+            tids = os.listdir(f"/proc/{process.pid}/task")
+        except OSError:  # the process ended
+            continue
+        for tid in tids:
             try:
                 stat = Path(f"/proc/{process.pid}/task/{tid}/stat").read_text()
                 status = Path(f"/proc/{process.pid}/task/{tid}/status").read_text()
