@@ -81,8 +81,10 @@ def measure(process: subprocess.Popen, protocol: str, port: int, model: str, con
 def checkout(base: str, into: Path) -> Path:
     """A worktree of ``base``, with this tree's built native edge where its source is the same (else it refuses:
     build it there)."""
-    subprocess.run(["git", "worktree", "add", "--detach", str(into), base], cwd=ROOT, check=True,
-                   capture_output=True)
+    added = subprocess.run(["git", "worktree", "add", "--detach", str(into), base], cwd=ROOT, capture_output=True,
+                           text=True)
+    if added.returncode != 0:
+        raise SystemExit(f"no worktree of {base}: {added.stderr.strip()}")
     built = list((ROOT / NATIVE_EDGE.parent).glob("_native_edge*.so"))
     source = subprocess.run(["git", "show", f"{base}:{NATIVE_EDGE}"], cwd=ROOT, capture_output=True).stdout
     if built and source != (ROOT / NATIVE_EDGE).read_bytes():
@@ -126,16 +128,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=3000, help="per point (a third for the large models)")
     args = parser.parse_args()
-    points = [(protocol, model, int(c)) for protocol, model, c in (p.split(":") for p in args.points)]
+    try:
+        points = [(protocol, model, int(c)) for protocol, model, c in (p.split(":") for p in args.points)]
+    except ValueError:
+        parser.error("a point is PROTOCOL:MODEL:CONCURRENCY, as grpc:resnet50_pt:32")
     unknown = sorted({model for _, model, _ in points} - set(MODELS) - {"add_sub_onnx"})
     if unknown:
         parser.error(f"unknown models {unknown}: {', '.join(MODELS)}, add_sub_onnx")
     workdir = Path(tempfile.mkdtemp(prefix="bench-ab-"))
-    roots = {"A": checkout(args.base, workdir / "a") if args.base else ROOT, "B": ROOT}
     envs = {"A": _env(args.env_a), "B": _env(args.env_b)}
     servers: dict[str, tuple[subprocess.Popen, int, int]] = {}
     rows: dict[tuple, dict[str, list[dict]]] = {}
     try:
+        roots = {"A": checkout(args.base, workdir / "a") if args.base else ROOT, "B": ROOT}
         repository = build_repository(workdir / "repo", "ours")
         for name in ("A", "B"):
             servers[name] = start_ours(repository, workdir, roots[name], envs[name], f"server-{name}.log")
@@ -154,7 +159,7 @@ def main() -> None:
     finally:
         for process, _, _ in servers.values():
             stop_tree(process)
-        if args.base:
+        if (workdir / "a").exists():
             subprocess.run(["git", "worktree", "remove", "--force", str(workdir / "a")], cwd=ROOT,
                            capture_output=True)
         shutil.rmtree(workdir, ignore_errors=True)
