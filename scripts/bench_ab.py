@@ -31,7 +31,16 @@ import psutil
 if __package__ in (None, ""):  # run as a file: the project's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.bench_vs_triton import MODELS, ROOT, build_repository, load, start_ours, stop_tree, wait_ready  # noqa: E402
+from scripts.bench_vs_triton import (  # noqa: E402
+    MODELS,
+    ROOT,
+    build_repository,
+    load,
+    point_requests,
+    start_ours,
+    stop_tree,
+    wait_ready,
+)
 
 NATIVE_EDGE = Path("runtime/grpc/native_edge.cc")
 PARTS = ("loop", "threads", "workers")
@@ -70,10 +79,9 @@ def measure(process: subprocess.Popen, protocol: str, port: int, model: str, con
     before = tree_parts(process.pid)
     result = load(protocol, port, model, concurrency, requests)
     after = tree_parts(process.pid)
-    count = requests + 20  # the load's warm-up requests count too
     for part in PARTS:
-        result[f"{part}_us"] = (after[part][0] - before[part][0]) / count * 1e6
-        result[f"{part}_switches"] = (after[part][1] - before[part][1]) / count
+        result[f"{part}_us"] = (after[part][0] - before[part][0]) / result["served"] * 1e6
+        result[f"{part}_switches"] = (after[part][1] - before[part][1]) / result["served"]
     result["cpu_us"] = sum(result[f"{part}_us"] for part in PARTS)
     return result
 
@@ -149,7 +157,7 @@ def main() -> None:
         for round_index in range(args.rounds):
             order = ["A", "B"] if round_index % 2 == 0 else ["B", "A"]
             for protocol, model, c in points:
-                count = args.requests if model.startswith("add_sub") else args.requests // 3
+                count = point_requests(model, args.requests)
                 for name in order:
                     process, http_port, grpc_port = servers[name]
                     row = measure(process, protocol, grpc_port if protocol == "grpc" else http_port, model, c, count)

@@ -317,8 +317,8 @@ def wait_ready(process: subprocess.Popen, http_port: int, timeout: float = 180.0
 LOAD = '''
 import asyncio, json, sys, threading, time
 import numpy as np
-protocol, url, model, concurrency, total, shapes, outputs = sys.argv[1], sys.argv[2], sys.argv[3], \\
-    int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6]), json.loads(sys.argv[7])
+protocol, url, model, concurrency, total, shapes, outputs, warm_up = sys.argv[1], sys.argv[2], sys.argv[3], \\
+    int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6]), json.loads(sys.argv[7]), int(sys.argv[8])
 rng = np.random.default_rng(0)
 arrays = [(name, shape, rng.random(shape, dtype=np.float32)) for name, shape in shapes]
 
@@ -332,7 +332,7 @@ async def grpc_run():
         tensor = grpcclient.InferInput(name, shape, "FP32")
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
-    for _ in range(20):
+    for _ in range(warm_up):
         await client.infer(model, inputs)
     latencies, errors, left = [], 0, total
 
@@ -367,7 +367,7 @@ def http_run():
         return client, inputs, [httpclient.InferRequestedOutput(name, binary_data=True) for name in outputs]
 
     warm, inputs, requested = client_and_request()
-    for _ in range(20):
+    for _ in range(warm_up):
         warm.infer(model, inputs, outputs=requested)
     warm.close()
     latencies, errors, left, lock = [], [0], [total], threading.Lock()
@@ -409,11 +409,21 @@ print(json.dumps({"rps": len(latencies) / elapsed, "errors": errors, "p50_ms": 1
 '''
 
 
+WARM_UP_REQUESTS = 20  # sent by the load before the measured ones
+
+
 def load(protocol: str, port: int, model: str, concurrency: int, requests: int) -> dict:
-    """The closed-loop client in a process of its own, pinned to CPU 1."""
+    """The closed-loop client in a process of its own, pinned to CPU 1: its rate and latencies, and ``served``, the
+    requests the server answered (the warm-up's too: a server's CPU per request divides by it)."""
     command = [*pinned(1), sys.executable, "-c", LOAD, protocol, f"127.0.0.1:{port}", model, str(concurrency),
-               str(requests), json.dumps(SHAPES[model]), json.dumps(OUTPUTS[model])]
-    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+               str(requests), json.dumps(SHAPES[model]), json.dumps(OUTPUTS[model]), str(WARM_UP_REQUESTS)]
+    result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+    return {**result, "served": requests + WARM_UP_REQUESTS}
+
+
+def point_requests(model: str, requests: int) -> int:
+    """The measured requests of a point: ``requests`` for the small models, a third of it for the large ones."""
+    return requests if model.startswith("add_sub") else requests // 3
 
 
 def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
@@ -437,7 +447,7 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
             order = list(running) if round_index % 2 == 0 else list(reversed(running))
             for protocol in protocols:
                 for model in MODELS:
-                    count = requests if model.startswith("add_sub") else requests // 3
+                    count = point_requests(model, requests)
                     for c in concurrency:
                         for server in order:
                             if not _serves(server, protocol, model):
@@ -482,8 +492,7 @@ def _measure(server: str, process: subprocess.Popen, protocol: str, port: int, m
     """One point's row, printed as it is measured: the load's rate and latencies, and the server's CPU per request."""
     before = tree_cpu_seconds(process.pid)
     row = {"server": server, "protocol": protocol, "model": model, "c": c, **load(protocol, port, model, c, count)}
-    # the load's warm-up requests count too: 20 of them, besides the measured ones
-    row["cpu_us"] = (tree_cpu_seconds(process.pid) - before) / (count + 20) * 1e6
+    row["cpu_us"] = (tree_cpu_seconds(process.pid) - before) / row["served"] * 1e6
     print(f"  {server:6} {protocol:4} {model:13} c={c:<3} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:.2f} ms  "
           f"p99 {row['p99_ms']:.2f} ms  server CPU {row['cpu_us']:.0f} us/req", flush=True)
     return row
