@@ -98,10 +98,11 @@ class InferenceService:
         if self.on_demand is not None:
             self.on_demand.cancel()
 
-    def tensor_buffer(self, nbytes: int) -> Any:
+    def tensor_buffer(self, nbytes: int, aligned_at: int = 0) -> Any:
         """A writable buffer for ``nbytes`` of a request's tensors to be received into, in shared memory that a
-        Python-backend worker reads in place (``runtime/tensor_pool.py``); None: small, or the pool is full."""
-        return self.tensor_pool.buffer(nbytes) if self.tensor_pool is not None else None
+        Python-backend worker reads in place (``runtime/tensor_pool.py``), its byte ``aligned_at`` (where the
+        tensors start) at a multiple of 64; None: small, or the pool is full."""
+        return self.tensor_pool.buffer(nbytes, aligned_at) if self.tensor_pool is not None else None
 
     # -- health and metadata -------------------------------------------------
     def live(self) -> bool:

@@ -8,11 +8,12 @@ their datatype, shape and byte size are known to be right.
 
 from __future__ import annotations
 
+import math
 import struct
 
 import numpy as np
 
-from runtime.datatypes import DATATYPES, deserialize_bytes, element_count, numpy_dtype, wire_dtype
+from runtime.datatypes import DATATYPES, MAX_ELEMENTS, deserialize_bytes, element_count, numpy_dtype, wire_dtype
 from runtime.errors import InvalidArgument
 from runtime.extensions.classification import requested_count
 from runtime.models.config import ModelSpec, TensorSpec
@@ -126,11 +127,16 @@ def _exact_batch_size(spec: ModelSpec, request: InferRequest) -> int | None:
         if declared is None or declared.datatype != tensor.datatype or tensor.raw is None or type(shape) is not tuple:
             return None
         if batched:
-            if not shape or shape[1:] != declared.dims or not 0 <= shape[0] <= spec.max_batch_size \
-                    or (batch != -1 and shape[0] != batch) or len(tensor.raw) != shape[0] * declared.row_bytes:
+            if not shape or not 0 <= shape[0] <= spec.max_batch_size or (batch != -1 and shape[0] != batch):
                 return None
             batch = shape[0]
-        elif shape != declared.dims or len(tensor.raw) != declared.row_bytes:
+            dims = shape[1:]
+        else:
+            dims = shape
+        if declared.row_bytes:
+            if dims != declared.dims or len(tensor.raw) != (batch if batched else 1) * declared.row_bytes:
+                return None
+        elif not _fills(dims, declared.dims) or len(tensor.raw) != math.prod(shape) * declared.dtype.itemsize:
             return None
     if len({tensor.name for tensor in inputs}) != len(inputs):
         return None
@@ -138,6 +144,16 @@ def _exact_batch_size(spec: ModelSpec, request: InferRequest) -> int | None:
         tensor.data = np.frombuffer(tensor.raw, dtype=exact[tensor.name].dtype).reshape(tensor.shape)
         tensor.raw = None
     return max(batch, 1) if batched else 1
+
+
+def _fills(dims: tuple, declared: tuple[int, ...]) -> bool:
+    """Whether a request's dims (ints the full checks take) match the declared ones, a -1 there taking any size."""
+    if len(dims) != len(declared):
+        return False
+    for actual, wanted in zip(dims, declared, strict=True):
+        if type(actual) is not int or not 0 <= actual <= MAX_ELEMENTS or (wanted != -1 and actual != wanted):
+            return False
+    return True
 
 
 def _deduce_raw_input(spec: ModelSpec, request: InferRequest, label: str) -> None:

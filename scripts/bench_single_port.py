@@ -48,7 +48,7 @@ def main() -> None:
                     before = tree_cpu_seconds(process.pid)
                     result = load(protocol, grpc_port if protocol == "grpc" else http, MODEL, concurrency,
                                   args.requests)
-                    cpu = (tree_cpu_seconds(process.pid) - before) / args.requests * 1e6
+                    cpu = (tree_cpu_seconds(process.pid) - before) / result["served"] * 1e6
                     key = ("single" if single_port else "two", protocol, concurrency)
                     if key not in best or result["rps"] > best[key][0]:
                         best[key] = (result["rps"], cpu)

@@ -152,16 +152,21 @@ def _tensor_request(size: int) -> tuple[service_pb2.ModelInferRequest, bytes]:
     return request, big
 
 
-def test_a_large_message_is_joined_into_the_buffer_offered_and_read_there():
+def test_a_large_message_is_received_into_the_buffer_offered_each_tensor_aligned_and_read_there():
     pool = TensorPool(max_bytes=8 << 20, segment_bytes=1 << 20)
     with _serving(pool.buffer) as (servicer, _, _, stub):
-        request, big = _tensor_request(300_000)
+        request, big = _tensor_request(300_001)  # its tensor starts at an odd offset in the message
+        request.inputs.add(name="C", datatype="UINT8", shape=[70_001])
+        request.raw_input_contents.append(big[:70_001])  # after a tensor of odd size
         answer = stub.ModelInfer(request, metadata=TOKEN, timeout=10)
         raws = servicer.received.raw_input_contents
-        assert [bytes(raw) for raw in raws] == [b"xyz", big] and list(answer.raw_output_contents)[2:] == [b"xyz", big]
-        assert pool.locate(np.frombuffer(raws[1], dtype=np.uint8)) is not None  # in the pool, in place
+        assert [bytes(raw) for raw in raws] == [b"xyz", big, big[:70_001]]
+        assert list(answer.raw_output_contents)[2:] == [b"xyz", big, big[:70_001]]
+        arrays = [np.frombuffer(raw, dtype=np.uint8) for raw in raws]
+        assert all(pool.locate(array) is not None for array in arrays)  # in the pool, in place
+        assert [array.ctypes.data % 64 for array in arrays] == [0, 0, 0]  # as a model reads them fastest
         assert pool.in_use() > 0
-        servicer.received = raws = None
+        servicer.received = raws = arrays = None
         gc.collect()
         assert pool.in_use() == 0  # back once nothing refers to it
 

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from runtime.tensor_pool import MEMFD_NAME, MIN_BYTES, TensorPool
 
@@ -27,6 +28,18 @@ def test_a_buffer_returns_once_it_and_its_views_are_gone() -> None:
     assert pool.in_use() >= 600_000  # the tensor, a view of it, holds it
     del tensor
     assert pool.in_use() == 0
+
+
+@pytest.mark.parametrize("aligned_at", [0, 1, 43, 64, 1000])
+def test_the_byte_asked_for_lies_at_a_multiple_of_64_and_the_padding_comes_back(aligned_at: int) -> None:
+    pool = TensorPool(max_bytes=8 << 20, segment_bytes=4 << 20)
+    held = pool.buffer(100_003)  # the next one starts elsewhere
+    used = pool.in_use()
+    buffer = pool.buffer(600_000, aligned_at)
+    assert buffer.nbytes == 600_000 and (buffer.ctypes.data + aligned_at) % 64 == 0
+    del buffer
+    gc.collect()
+    assert pool.in_use() == used and held is not None
 
 
 def test_small_requests_and_a_full_pool_get_none() -> None:

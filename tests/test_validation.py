@@ -28,6 +28,12 @@ max_batch_size: 0
 input [ { name: "A" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "B" data_type: TYPE_INT64 dims: [ 1, 2 ] } ]
 output [ { name: "C" data_type: TYPE_FP32 dims: [ 2 ] } ]
 """,
+    "variable": """
+backend: "python"
+max_batch_size: 4
+input [ { name: "A" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "B" data_type: TYPE_INT64 dims: [ 1, -1 ] } ]
+output [ { name: "C" data_type: TYPE_FP32 dims: [ 2 ] } ]
+""",
 }
 
 
@@ -45,19 +51,23 @@ _tensor = st.tuples(st.sampled_from(["A", "B", "C"]), st.sampled_from(["FP32", "
 
 
 
-_DECLARED = (("A", "FP32", (2,), 8), ("B", "INT64", (1, 2), 16))  # name, datatype, dims, bytes per batch row
+_DECLARED = (("A", "FP32", 4), ("B", "INT64", 8))  # name, datatype, bytes per element, as every config declares
 
 
 @st.composite
-def _near_declared(draw, batched: bool) -> list[tuple]:
+def _near_declared(draw, spec) -> list[tuple]:
     """The declared inputs, each part of each kept or changed (name, datatype, shape, size), maybe one more."""
+    batched = spec.max_batch_size > 0
     batch = draw(st.integers(-1, 6))
     tensors = []
-    for name, datatype, dims, row in _DECLARED:
+    for name, datatype, itemsize in _DECLARED:
+        dims = tuple(draw(st.integers(-1, 3)) if d == -1 else d for d in spec.input(name).dims)  # -1: any size
         lead = (batch if draw(st.booleans()) else draw(st.integers(-1, 6)),) if batched else ()
         shape = (*lead, *dims) if draw(st.integers(0, 4)) else draw(st.lists(st.integers(-1, 3), max_size=3).map(tuple))
-        rows = max(lead[0], 0) if lead else 1
-        size = rows * row + (0 if draw(st.integers(0, 3)) else draw(st.integers(-4, 4)))
+        elements = max(lead[0], 0) if lead else 1
+        for d in dims:
+            elements *= max(d, 0)
+        size = elements * itemsize + (0 if draw(st.integers(0, 3)) else draw(st.integers(-4, 4)))
         tensors.append((name if draw(st.integers(0, 5)) else draw(st.sampled_from(["A", "B", "C"])),
                         datatype if draw(st.integers(0, 5)) else draw(st.sampled_from(["FP32", "INT64", "BYTES"])),
                         shape, max(size, 0)))
@@ -73,10 +83,24 @@ def test_the_one_pass_check_decides_as_the_full_checks(data, config):
     full = copy.copy(exact)
     object.__setattr__(full, "exact_inputs", {})  # the full checks only
     assert exact.exact_inputs and not full.exact_inputs
-    tensors = data.draw(st.one_of(_near_declared(exact.max_batch_size > 0), st.lists(_tensor, max_size=3)))
+    tensors = data.draw(st.one_of(_near_declared(exact), st.lists(_tensor, max_size=3)))
     requests = [InferRequest("m", inputs=[InferTensor(name, datatype, shape, None, raw=bytes(range(size)))
                                           for name, datatype, shape, size in tensors]) for _ in range(2)]
     assert _outcome(exact, requests[0]) == _outcome(full, requests[1])
+
+
+@pytest.mark.parametrize("a_shape", [(0, -1), (0, 1 << 41), (1, 2.0)])
+def test_a_free_dim_the_full_checks_refuse_is_refused(a_shape):
+    """Beside a zero the byte size cannot tell: a -1 (not specified), an absurd size, a dim that is not an int."""
+    exact = parse_model_config(CONFIGS["variable"], "m")
+    full = copy.copy(exact)
+    object.__setattr__(full, "exact_inputs", {})
+    requests = [InferRequest("m", inputs=[InferTensor("A", "FP32", a_shape, None, raw=b""),
+                                          InferTensor("B", "INT64", (a_shape[0], 1, 0), None, raw=b"")])
+                for _ in range(2)]
+    outcome = _outcome(full, requests[1])
+    assert outcome[0] == "error"
+    assert _outcome(exact, requests[0]) == outcome
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))

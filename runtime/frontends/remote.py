@@ -206,7 +206,7 @@ class RemoteService:
     async def infer(self, request: InferRequest) -> InferResponse:
         return unpack_response(await self._call("infer", pack_request(request), kind="infer"))
 
-    def tensor_buffer(self, nbytes: int) -> Any:
+    def tensor_buffer(self, nbytes: int, aligned_at: int = 0) -> Any:
         """None: a front end receives requests into its own memory (they travel on to the owner anyway)."""
         return None
 

@@ -93,10 +93,13 @@ def _typed_array(tensor, model: str) -> np.ndarray | None:
         raise InvalidArgument(f"input '{tensor.name}': contents do not fit datatype {tensor.datatype}: {exc}") from None
 
 
-def decode_infer_request(message: service_pb2.ModelInferRequest) -> InferRequest:
-    """A ModelInferRequest as a core InferRequest; InvalidArgument on any inconsistency."""
-    model = message.model_name
+def decode_infer_request(message: service_pb2.ModelInferRequest | SplitInferRequest) -> InferRequest:
+    """A ModelInferRequest (or the edge's SplitInferRequest) as a core InferRequest; InvalidArgument on any
+    inconsistency."""
     raw_contents = message.raw_input_contents
+    if type(message) is SplitInferRequest:  # the message's own fields, without a Python __getattr__ for each
+        message = message.message
+    model = message.model_name
     parameters = parameters_to_dict(message.parameters)
     if parameters:
         require_no_regions(parameters)

@@ -67,7 +67,7 @@ class NativeGrpcServer:
         self.options = [(name, int(value)) for name, value in options]
         self.max_streams = max_streams
         self.check_call = check_call
-        self.receive_into = receive_into  # where a large ModelInferRequest is joined: the core's tensor pool
+        self.receive_into = receive_into  # where a large ModelInferRequest's tensors are received: the tensor pool
         descriptor = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
         self.methods = {
             f"/{descriptor.full_name}/{method.name}": _Method(

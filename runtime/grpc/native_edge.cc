@@ -251,37 +251,61 @@ py::object SplitForm(const py::object& owner, const char* data, size_t size, uin
   return py::make_tuple(py::bytes(rest), views);
 }
 
-// A large message joined straight into a buffer ``into(size)`` gives (the server's shared tensor pool, which a
-// Python worker reads in place), in its split form: None when ``into`` gives none, or the message does not split
-// (its bytes are then copied out as the caller would have read them).
+// A large message's raw fields copied straight into a buffer ``into(size)`` gives (the server's shared tensor
+// pool, which a Python worker reads in place), each at an address that is a multiple of RAW_ALIGNMENT, in its
+// split form; the rest of the message is read out of grpc's slices without joining them. Its offset in the
+// message would leave a tensor misaligned (numpy flags it so: adding 1 to a 600 KB FP32 tensor took 32.6 us
+// against 17.0 here, resnet50_pt's forward pass 339 us against 323). None when ``into`` gives no buffer or the
+// message does not split: its bytes are then read as the caller would have read them.
+constexpr size_t RAW_ALIGNMENT = 64;
+
 py::object ReceivedInto(grpc::ByteBuffer& buffer, const py::object& into, uint32_t field, size_t min_bytes) {
-  size_t size = buffer.Length();
-  py::object target = into(size);
-  if (target.is_none()) return py::none();
   std::vector<grpc::Slice> slices;
   if (!buffer.Dump(&slices).ok()) return py::none();
+  native_wire::Pieces pieces;
+  for (const auto& slice : slices) pieces.Add(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  std::string rest;
+  std::vector<std::pair<size_t, size_t>> raws;
+  if (!native_wire::SplitRawField(pieces, pieces.size(), field, &rest, &raws) || raws.empty()) return py::none();
+  size_t raw_bytes = 0, padded = RAW_ALIGNMENT - 1;  // room to align the first, wherever the buffer starts
+  for (const auto& raw : raws) {
+    raw_bytes += raw.second;
+    padded += (raw.second + RAW_ALIGNMENT - 1) / RAW_ALIGNMENT * RAW_ALIGNMENT;
+  }
+  if (raw_bytes < min_bytes) return py::none();
+  py::object target = into(padded);
+  if (target.is_none()) return py::none();
   Py_buffer view;
   if (PyObject_GetBuffer(target.ptr(), &view, PyBUF_WRITABLE) != 0) throw py::error_already_set();
-  if (static_cast<size_t>(view.len) < size) {
+  if (static_cast<size_t>(view.len) < padded) {
     PyBuffer_Release(&view);
     return py::none();
   }
-  char* out = static_cast<char*>(view.buf);
-  for (const auto& slice : slices) {
-    std::memcpy(out, slice.begin(), slice.size());
-    out += slice.size();
+  char* base = static_cast<char*>(view.buf);
+  size_t offset = (RAW_ALIGNMENT - reinterpret_cast<uintptr_t>(base) % RAW_ALIGNMENT) % RAW_ALIGNMENT;
+  std::vector<std::pair<size_t, size_t>> placed;  // each raw field's (offset, size) in ``target``
+  for (const auto& [position, size] : raws) {
+    pieces.CopyTo(position, size, base + offset);
+    placed.emplace_back(offset, size);
+    offset += (size + RAW_ALIGNMENT - 1) / RAW_ALIGNMENT * RAW_ALIGNMENT;
   }
-  const char* data = static_cast<const char*>(view.buf);
   PyBuffer_Release(&view);  // the memory stays: ``target`` holds it
-  py::object split = SplitForm(target, data, size, field, min_bytes);
-  if (!split.is_none()) return split;
-  return py::bytes(data, size);
+  py::object whole = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(target.ptr()));
+  if (!whole) throw py::error_already_set();
+  py::list views(placed.size());
+  for (size_t i = 0; i < placed.size(); ++i) {
+    PyObject* part = PySequence_GetSlice(whole.ptr(), static_cast<Py_ssize_t>(placed[i].first),
+                                         static_cast<Py_ssize_t>(placed[i].first + placed[i].second));
+    if (part == nullptr) throw py::error_already_set();
+    views[i] = py::reinterpret_steal<py::object>(part);
+  }
+  return py::make_tuple(py::bytes(rest), views);
 }
 
 // A received message for Python: its bytes, or for a call that splits, (the message without its raw field,
 // [a memoryview of each raw field's bytes]) when they come to ``min_bytes`` or more: protobuf then never copies
 // the tensors (smaller ones cost less to copy than the views do to make and read).  ``into`` (None: not
-// offered) gives a buffer a large message is joined into instead of bytes of its own.
+// offered) gives a buffer a large message's tensors are received into instead of bytes of its own.
 py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field, size_t min_bytes,
                     const py::object& into) {
   if (split && !into.is_none() && buffer.Length() >= min_bytes) {

@@ -16,6 +16,7 @@ import logging
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -84,7 +85,9 @@ class InferRoute:
                 size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
                 if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
                     budgeted += self.json_budget.take(size)  # budget what arrived
-                into = self.service.tensor_buffer if header_length is not None else None  # a binary body
+                into = None
+                if header_length is not None:  # a binary body: its tensors follow the JSON header, aligned
+                    into = partial(self.service.tensor_buffer, aligned_at=_number(header_length))
                 work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version,
                         into)
                 if size > _OFFLOAD_BYTES:

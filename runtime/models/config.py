@@ -66,9 +66,9 @@ class ExactInput(NamedTuple):
     """What a request's input must be, exactly, for the one-pass check (``ModelSpec.exact_inputs``)."""
 
     datatype: str
-    dims: tuple[int, ...]
+    dims: tuple[int, ...]  # -1: any size
     dtype: np.dtype  # the wire (little-endian) dtype
-    row_bytes: int  # bytes per batch row (the whole tensor without batching)
+    row_bytes: int  # bytes per batch row (the whole tensor without batching); 0 where a dim is -1
 
 
 @dataclass(frozen=True)
@@ -151,8 +151,8 @@ class ModelSpec:
     response_cache: bool = False  # response_cache { enable: true }
     sequence: SequenceSpec | None = None  # sequence_batching (a stateful model)
     ignored_fields: tuple[str, ...] = ()  # warnings: config fields set that are not honoured (config_support)
-    # every input by name when all are required, fully shaped and of fixed-size datatypes (else empty): a request
-    # that matches exactly is validated in a few comparisons per input (validation.py)
+    # every input by name when all are required and of fixed-size datatypes (else empty): a request that matches
+    # exactly is validated in a few comparisons per input (validation.py)
     exact_inputs: dict[str, ExactInput] = field(init=False, repr=False, compare=False, default_factory=dict)
     reshaped_outputs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
 
@@ -164,10 +164,11 @@ class ModelSpec:
         object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
         object.__setattr__(self, "_outputs_by_name", {t.name: t for t in self.outputs})
         object.__setattr__(self, "reshaped_outputs", frozenset(t.name for t in self.outputs if t.reshape is not None))
-        if all(not t.optional and -1 not in t.dims and t.datatype in WIRE_DTYPES for t in self.inputs):
+        if all(not t.optional and t.datatype in WIRE_DTYPES for t in self.inputs):
             object.__setattr__(self, "exact_inputs", {
                 t.name: ExactInput(t.datatype, tuple(t.dims), WIRE_DTYPES[t.datatype],
-                                   math.prod(t.dims) * WIRE_DTYPES[t.datatype].itemsize) for t in self.inputs})
+                                   0 if -1 in t.dims else math.prod(t.dims) * WIRE_DTYPES[t.datatype].itemsize)
+                for t in self.inputs})
 
     def input(self, name: str) -> TensorSpec | None:
         return self._inputs_by_name.get(name)
