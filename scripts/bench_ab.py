@@ -1,15 +1,15 @@
 """A/B of our own server: two builds, or two settings, side by side, taking turns point by point for several rounds.
 
-A speed change is kept when it measures better. On a machine whose speed drifts within minutes and where one
-run's points move by 10-25%, a change of a few percent shows only against its baseline measured seconds apart,
-over several rounds. Server A (the checkout at ``--base``, in a git worktree, or the working tree) and server B
-(the working tree) run side by side, both pinned to CPU 0 like ``scripts.bench_vs_triton``'s servers and serving
-its repository; at every point of every round one is measured and then the other (the order reversed each
-round), with the same tritonclient load on CPU 1. Per point it prints the medians over the rounds and their
-ranges, and B/A: the rate, and the CPU per request of each server's whole tree, split into the event loop
-thread, the server's other threads (gRPC's, granian's) and the model worker processes, with the voluntary
-context switches per request of each part (a thread that sleeps and is woken costs more than the switch itself
-where switches are dear, as on VMs).
+A speed change is kept when it measures better. On a machine whose speed drifts within minutes and where one run's
+points move by 10-25%, a change of a few percent shows only against its baseline measured seconds apart, over
+several rounds. Server A (the checkout at ``--base``, in a git worktree with its own native edge, or the working
+tree) and server B (the working tree) run side by side, both pinned to CPU 0 like ``scripts.bench_vs_triton``'s
+servers and serving its repository; at every point of every round one is measured and then the other (the order
+reversed each round), with the same tritonclient load on CPU 1. Per point it prints the medians over the rounds and
+their ranges, and B/A: the rate, and the CPU per request of each server's whole tree, split into the event loop
+thread, the server's other threads (gRPC's, granian's) and the model worker processes, with the voluntary context
+switches per request of each part (a thread that sleeps and is woken costs more than the switch itself where
+switches are dear, as on VMs).
 
 Usage: python -m scripts.bench_ab [--base REV] [--env-a K=V ...] [--env-b K=V ...]
                                   [--points grpc:resnet50_pt:32 http:add_sub_batch:1 ...] [--rounds 4]
@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import psutil
@@ -87,8 +88,8 @@ def measure(process: subprocess.Popen, protocol: str, port: int, model: str, con
 
 
 def checkout(base: str, into: Path) -> Path:
-    """A worktree of ``base``, with this tree's built native edge where its source is the same (else it refuses:
-    build it there)."""
+    """A worktree of ``base``, with this tree's built native edge where its source is the same, else one built
+    from its own source (as a wheel, in pip's isolated build: the venv's installed package is left as it is)."""
     added = subprocess.run(["git", "worktree", "add", "--detach", str(into), base], cwd=ROOT, capture_output=True,
                            text=True)
     if added.returncode != 0:
@@ -96,10 +97,28 @@ def checkout(base: str, into: Path) -> Path:
     built = list((ROOT / NATIVE_EDGE.parent).glob("_native_edge*.so"))
     source = subprocess.run(["git", "show", f"{base}:{NATIVE_EDGE}"], cwd=ROOT, capture_output=True).stdout
     if built and source != (ROOT / NATIVE_EDGE).read_bytes():
-        raise SystemExit(f"the native edge's source differs at {base}: build it in {into} first")
+        built = [_build_native_edge(into)]
     for library in built:
         shutil.copy2(library, into / NATIVE_EDGE.parent / library.name)
     return into
+
+
+def _build_native_edge(tree: Path) -> Path:
+    """The native edge built from ``tree``'s source: its wheel's library, unpacked beside the wheel."""
+    wheels = tree / "build-native-edge"
+    print(f"building the native edge of {tree} ...", flush=True)
+    made = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(tree)],
+                          capture_output=True, text=True)
+    found = list(wheels.glob("*.whl")) if made.returncode == 0 else []
+    if not found:
+        raise SystemExit(f"the native edge of {tree} did not build: {made.stderr.strip()[-2000:]}")
+    with zipfile.ZipFile(found[0]) as wheel:
+        member = next((name for name in wheel.namelist()
+                       if name.startswith(f"{NATIVE_EDGE.parent.as_posix()}/_native_edge") and name.endswith(".so")),
+                      None)
+        if member is None:
+            raise SystemExit(f"the wheel of {tree} holds no native edge (libgrpc++ not found when it was built?)")
+        return Path(wheel.extract(member, wheels))
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
