@@ -229,6 +229,20 @@ py::object ToBytes(grpc::ByteBuffer& buffer) {
   return py::reinterpret_steal<py::object>(bytes);
 }
 
+// A memoryview of ``owner`` for each (offset, size) span of its memory.
+py::list ViewsOf(const py::object& owner, const std::vector<std::pair<size_t, size_t>>& spans) {
+  py::object whole = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
+  if (!whole) throw py::error_already_set();
+  py::list views(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    PyObject* part = PySequence_GetSlice(whole.ptr(), static_cast<Py_ssize_t>(spans[i].first),
+                                         static_cast<Py_ssize_t>(spans[i].first + spans[i].second));
+    if (part == nullptr) throw py::error_already_set();
+    views[i] = py::reinterpret_steal<py::object>(part);
+  }
+  return views;
+}
+
 // The split form of a message lying in ``owner``'s memory (``data``, ``size`` bytes): (the message without its raw
 // field, [a memoryview of ``owner`` for each raw field]); None when it does not split into raw fields of
 // ``min_bytes`` or more.
@@ -239,16 +253,7 @@ py::object SplitForm(const py::object& owner, const char* data, size_t size, uin
   size_t raw_bytes = 0;
   for (const auto& raw : raws) raw_bytes += raw.second;
   if (raw_bytes < min_bytes) return py::none();
-  py::object view = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(owner.ptr()));
-  if (!view) throw py::error_already_set();
-  py::list views(raws.size());
-  for (size_t i = 0; i < raws.size(); ++i) {
-    PyObject* part = PySequence_GetSlice(view.ptr(), static_cast<Py_ssize_t>(raws[i].first),
-                                         static_cast<Py_ssize_t>(raws[i].first + raws[i].second));
-    if (part == nullptr) throw py::error_already_set();
-    views[i] = py::reinterpret_steal<py::object>(part);
-  }
-  return py::make_tuple(py::bytes(rest), views);
+  return py::make_tuple(py::bytes(rest), ViewsOf(owner, raws));
 }
 
 // A large message's raw fields copied straight into a buffer ``into(size)`` gives (the server's shared tensor
@@ -290,16 +295,7 @@ py::object ReceivedInto(grpc::ByteBuffer& buffer, const py::object& into, uint32
     offset += (size + RAW_ALIGNMENT - 1) / RAW_ALIGNMENT * RAW_ALIGNMENT;
   }
   PyBuffer_Release(&view);  // the memory stays: ``target`` holds it
-  py::object whole = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(target.ptr()));
-  if (!whole) throw py::error_already_set();
-  py::list views(placed.size());
-  for (size_t i = 0; i < placed.size(); ++i) {
-    PyObject* part = PySequence_GetSlice(whole.ptr(), static_cast<Py_ssize_t>(placed[i].first),
-                                         static_cast<Py_ssize_t>(placed[i].first + placed[i].second));
-    if (part == nullptr) throw py::error_already_set();
-    views[i] = py::reinterpret_steal<py::object>(part);
-  }
-  return py::make_tuple(py::bytes(rest), views);
+  return py::make_tuple(py::bytes(rest), ViewsOf(target, placed));
 }
 
 // A received message for Python: its bytes, or for a call that splits, (the message without its raw field,
