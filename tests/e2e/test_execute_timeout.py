@@ -50,6 +50,8 @@ def _infer(server: ServerProcess, model: str, value: float) -> tuple[str, float]
         outcome = "ok"
     except InferenceServerException as exc:
         outcome = str(exc)
+    finally:
+        client.close()  # in the thread that made it: gevent's pool cannot be joined from another thread's collector
     return outcome, time.monotonic() - started
 
 
