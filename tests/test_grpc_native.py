@@ -164,7 +164,7 @@ def test_a_large_message_is_received_into_the_buffer_offered_each_tensor_aligned
         assert list(answer.raw_output_contents)[2:] == [b"xyz", big, big[:70_001]]
         arrays = [np.frombuffer(raw, dtype=np.uint8) for raw in raws]
         assert all(pool.locate(array) is not None for array in arrays)  # in the pool, in place
-        assert [array.ctypes.data % 64 for array in arrays] == [0, 0, 0]  # as a model reads them fastest
+        assert [array.ctypes.data % 64 for array in arrays] == [0, 0, 0]  # each aligned
         assert pool.in_use() > 0
         servicer.received = raws = arrays = None
         gc.collect()

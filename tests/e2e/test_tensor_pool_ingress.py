@@ -1,7 +1,8 @@
 """Large inputs received straight into the server's shared tensor pool (runtime/tensor_pool.py) and read there by
-the Python worker, over gRPC (the native edge joins the message into it) and HTTP (a body of several chunks is
-joined into it): the model finds its input in the pool's memory (its mapping in /proc/self/maps) at an address that
-is a multiple of 64 (as a model reads it fastest), and answers it back intact.  Small inputs are copied as before."""
+the Python worker, over gRPC (the native edge copies the message's tensors into it) and HTTP (a body of several
+chunks is joined into it): the model finds its input in the pool's memory (its mapping in /proc/self/maps) at an
+address that is a multiple of 64 (numpy runs its loops slower on a misaligned array), and answers it back intact.
+Small inputs are copied as before."""
 
 from __future__ import annotations
 
