@@ -180,7 +180,10 @@ def test_python_backend_receives_the_list_of_requests(batch_server):
         client = httpclient.InferenceServerClient(batch_server.http_url)
         tensor = httpclient.InferInput("IN", [1, 1], "FP32")
         tensor.set_data_from_numpy(np.array([[index]], dtype=np.float32))
-        result = client.infer("batched_python", [tensor])
+        try:
+            result = client.infer("batched_python", [tensor])
+        finally:
+            client.close()  # in the thread that made it: gevent's pool cannot be joined from another thread
         results[index] = (result.as_numpy("OUT"), int(result.as_numpy("REQUESTS")[0, 0]))
 
     results: dict = {}
@@ -201,7 +204,10 @@ def _echo(url: str, model: str, value: float, **kwargs):
     client = httpclient.InferenceServerClient(url, network_timeout=60)
     tensor = httpclient.InferInput("IN", [1, 1] if model != "fragile" else [1], "FP32")
     tensor.set_data_from_numpy(np.array([[value]] if model != "fragile" else [value], dtype=np.float32))
-    return client.infer(model, [tensor], **kwargs)
+    try:
+        return client.infer(model, [tensor], **kwargs)
+    finally:
+        client.close()  # in the thread that made it (callers run it in threads)
 
 
 def _run_concurrently(count: int, target) -> list:
