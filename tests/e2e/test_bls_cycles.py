@@ -76,6 +76,8 @@ def _call(server: ServerProcess, model: str, depth: int) -> tuple[str, float]:
         outcome = "ok" if hops == depth else f"wrong answer {hops}"
     except InferenceServerException as exc:
         outcome = str(exc)
+    finally:
+        client.close()  # in the thread that made it (callers run it in a pool): gevent's pool is joined there
     return outcome, time.monotonic() - started
 
 

@@ -386,6 +386,7 @@ def test_composing_model_unload_reload_and_unload_dependents(served):
                 answered += 1
             except InferenceServerException as exc:
                 failures.append(str(exc))
+        own.close()  # in the thread that made it: gevent's pool cannot be joined from another thread
 
     worker = threading.Thread(target=load)
     worker.start()

@@ -238,6 +238,8 @@ def test_new_sequences_wait_for_a_slot_within_bounds(tmp_path):
                 outcomes.append("served")
             except InferenceServerException as exc:
                 outcomes.append(str(exc))
+            finally:
+                own.close()  # in the thread that made it: gevent's pool cannot be joined from another thread
 
         waiters = [threading.Thread(target=wait_for_slot, args=(2000 + index,)) for index in range(3)]
         for waiter in waiters:

@@ -59,6 +59,8 @@ def _infer(url: str, seconds: float) -> None:
         client.infer("hanging", [tensor])
     except Exception:  # noqa: BLE001 - the server goes away mid-request: that is the point
         pass
+    finally:
+        client.close()  # in the thread that made it: gevent's pool cannot be joined from another thread
 
 
 def test_sigterm_with_requests_hung_for_an_hour_exits_within_the_bound(tmp_path):
@@ -93,7 +95,10 @@ def test_sigterm_lets_a_request_shorter_than_the_timeout_finish(tmp_path):
         client = httpclient.InferenceServerClient(process.http_url, network_timeout=60)
         tensor = httpclient.InferInput("IN", [1], "FP32")
         tensor.set_data_from_numpy(np.array([1.5], dtype=np.float32))
-        results.append(client.infer("hanging", [tensor]).as_numpy("OUT").tolist())
+        try:
+            results.append(client.infer("hanging", [tensor]).as_numpy("OUT").tolist())
+        finally:
+            client.close()  # in the thread that made it
 
     client = threading.Thread(target=call)
     client.start()
