@@ -147,13 +147,9 @@ def _exact_batch_size(spec: ModelSpec, request: InferRequest) -> int | None:
 
 
 def _fills(dims: tuple, declared: tuple[int, ...]) -> bool:
-    """Whether a request's dims (ints the full checks take) match the declared ones, a -1 there taking any size."""
-    if len(dims) != len(declared):
-        return False
-    for actual, wanted in zip(dims, declared, strict=True):
-        if type(actual) is not int or not 0 <= actual <= MAX_ELEMENTS or (wanted != -1 and actual != wanted):
-            return False
-    return True
+    """Whether a request's dims match the declared ones (a -1 there taking any size), each an int the full checks
+    take."""
+    return shape_matches(dims, declared) and all(type(d) is int and 0 <= d <= MAX_ELEMENTS for d in dims)
 
 
 def _deduce_raw_input(spec: ModelSpec, request: InferRequest, label: str) -> None:

@@ -26,7 +26,7 @@ from handlers.python import bls
 from handlers.python.in_flight import RequestsInFlight
 from handlers.python.link import WorkerGone, WorkerLink
 from handlers.python.supervisor import WorkerSupervisor
-from handlers.python.transport import INLINE_MAX_BYTES, pool_ref
+from handlers.python.transport import pool_ref
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, ServingError, Unavailable
 from runtime.tensor_pool import TensorPool
@@ -40,7 +40,7 @@ def input_bytes(requests: list[InferRequest], pool: TensorPool | None = None) ->
     strings would cost as much as the copy). A large input received into ``pool`` is read there, not copied: it is
     looked for only where the inputs together pass ON_LOOP_INPUT_BYTES (4 µs a request of resnet50's size)."""
     total = 0
-    large = []
+    in_pool = []  # the inputs that may lie in the pool (pool_ref decides)
     for request in requests:
         for tensor in request.inputs:
             data = tensor.data
@@ -50,11 +50,11 @@ def input_bytes(requests: list[InferRequest], pool: TensorPool | None = None) ->
                 total += data.size * 1024
             else:
                 total += data.nbytes
-                if pool is not None and data.nbytes > INLINE_MAX_BYTES:
-                    large.append(tensor)
+                if pool is not None:
+                    in_pool.append(tensor)
     if total <= ON_LOOP_INPUT_BYTES:
         return total
-    return total - sum(t.data.nbytes for t in large if pool_ref(pool, t.name, t.data, t.datatype) is not None)
+    return total - sum(t.data.nbytes for t in in_pool if pool_ref(pool, t.name, t.data, t.datatype) is not None)
 
 
 def request_timeout(request: InferRequest) -> int:
