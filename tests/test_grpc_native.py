@@ -22,11 +22,17 @@ from runtime.grpc.codec import RawResponse, SplitInferRequest, decode_infer_requ
 from runtime.grpc.native import NATIVE_EDGE_BUILT, NativeGrpcServer
 from runtime.grpc.service import InferenceServicer, Undecodable
 from runtime.tensor_pool import TensorPool
+from runtime.types import InferRequest
 from tests.support import first_answer_once_admitted
 
 if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
     raise RuntimeError("the native gRPC edge is not built (runtime/grpc/_native_edge): see scripts/setup.sh")
 pytestmark = pytest.mark.skipif(not NATIVE_EDGE_BUILT, reason="the native gRPC edge is not built (no libgrpc++)")
+
+
+def raw_contents(request: Any) -> list:
+    """The raw input contents of what the edge handed over: a message, its split form, or a plain request decoded."""
+    return [t.raw for t in request.inputs] if isinstance(request, InferRequest) else list(request.raw_input_contents)
 
 
 class ScriptedServicer(InferenceServicer):
@@ -58,9 +64,10 @@ class ScriptedServicer(InferenceServicer):
                 self.cancelled.set()
         if request.id == "tensors":
             self.received = request
-            decode_infer_request(request)  # raises InvalidArgument where the raw contents do not fit the inputs
+            if not isinstance(request, InferRequest):  # the edge decodes a plain request itself
+                decode_infer_request(request)  # raises InvalidArgument where the raw contents do not fit the inputs
             return RawResponse(service_pb2.ModelInferResponse(id="tensors"),
-                               [memoryview(b"abc"), b"", *request.raw_input_contents])
+                               [memoryview(b"abc"), b"", *raw_contents(request)])
         if request.id.startswith("wait "):
             await asyncio.sleep(float(request.id.split()[1]))
         return service_pb2.ModelInferResponse(id=request.id, model_name=request.model_name)
@@ -159,7 +166,7 @@ def test_a_large_message_is_received_into_the_buffer_offered_each_tensor_aligned
         request.inputs.add(name="C", datatype="UINT8", shape=[70_001])
         request.raw_input_contents.append(big[:70_001])  # after a tensor of odd size
         answer = stub.ModelInfer(request, metadata=TOKEN, timeout=10)
-        raws = servicer.received.raw_input_contents
+        raws = raw_contents(servicer.received)
         assert [bytes(raw) for raw in raws] == [b"xyz", big, big[:70_001]]
         assert list(answer.raw_output_contents)[2:] == [b"xyz", big, big[:70_001]]
         arrays = [np.frombuffer(raw, dtype=np.uint8) for raw in raws]
@@ -182,7 +189,7 @@ def test_a_buffer_not_given_leaves_the_message_read_as_without_one(offer: str):
         for _ in range(3):  # the edge goes on taking calls
             request, big = _tensor_request(300_000)
             answer = stub.ModelInfer(request, metadata=TOKEN, timeout=10)
-            assert [bytes(raw) for raw in servicer.received.raw_input_contents] == [b"xyz", big]
+            assert [bytes(raw) for raw in raw_contents(servicer.received)] == [b"xyz", big]
             assert list(answer.raw_output_contents)[2:] == [b"xyz", big]
 
 

@@ -147,6 +147,25 @@ def decode_infer_request(message: service_pb2.ModelInferRequest | SplitInferRequ
     )
 
 
+PLAIN_FORM_FIELDS = 6
+
+
+def plain_infer_request(form: tuple) -> InferRequest:
+    """The request of a ModelInferRequest the native edge read in its plain form (``native_wire.h``): (model name,
+    version, id, [(input name, datatype, shape)], [output name], [raw contents, one for each input]); no parameters,
+    no typed contents.  As :func:`decode_infer_request` decodes the same message."""
+    model, version, request_id, inputs, outputs, raws = form
+    return InferRequest(
+        model_name=model,
+        model_version=version,
+        id=request_id,
+        inputs=[InferTensor(name, datatype, shape, None, {}, raw=raw)
+                for (name, datatype, shape), raw in zip(inputs, raws, strict=True)],
+        outputs=[RequestedOutput(name, {}) for name in outputs],
+        parameters={},
+    )
+
+
 RAW_INPUT_FIELD = 7  # ModelInferRequest.raw_input_contents
 
 
@@ -182,11 +201,34 @@ def _varint(value: int) -> bytes:
 
 class RawResponse:
     """A ModelInferResponse whose raw output contents are written straight from the output arrays when it
-    is serialized (one copy, where building the message would copy each tensor twice more)."""
+    is serialized (one copy, where building the message would copy each tensor twice more).  Made from the core's
+    answer (:func:`encode_infer_response`), its protobuf message is built only when a sender asks for it: the
+    native edge writes the message from :meth:`wire_form` instead."""
 
-    def __init__(self, message: service_pb2.ModelInferResponse, raws: list[bytes | memoryview]) -> None:
-        self.message = message
+    __slots__ = ("_message", "raws", "_answer")
+
+    def __init__(self, message: service_pb2.ModelInferResponse | None, raws: list[bytes | memoryview],
+                 answer: InferResponse | None = None) -> None:
+        self._message = message  # None: built from ``answer`` when first asked for
         self.raws = raws
+        self._answer = answer
+
+    @property
+    def message(self) -> service_pb2.ModelInferResponse:
+        """The message without its raw output contents."""
+        if self._message is None:
+            self._message = _response_message(self._answer)
+        return self._message
+
+    def wire_form(self) -> tuple | None:
+        """(model name, version, id, [(output name, datatype, shape, raw contents)]): what the native edge writes
+        the message from without protobuf; None where only protobuf writes it (response parameters)."""
+        answer = self._answer
+        if answer is None or answer.parameters:
+            return None
+        return (answer.model_name, answer.model_version, answer.id,
+                [(tensor.name, tensor.datatype, tensor.shape, raw)
+                 for tensor, raw in zip(answer.outputs, self.raws, strict=True)])
 
     def SerializeToString(self) -> bytes:  # noqa: N802 - the protobuf method name grpc calls
         return b"".join(self.serialized_parts())
@@ -206,8 +248,8 @@ class RawResponse:
         return message
 
 
-def encode_infer_response(response: InferResponse) -> RawResponse:
-    """Outputs travel in raw_output_contents, as Triton sends them."""
+def _response_message(response: InferResponse) -> service_pb2.ModelInferResponse:
+    """A response's message without its raw output contents."""
     message = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
@@ -215,8 +257,13 @@ def encode_infer_response(response: InferResponse) -> RawResponse:
         _set_parameter(message.parameters, key, value)
     for tensor in response.outputs:
         message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
-    return RawResponse(message, [b"" if tensor.in_shared_memory else array_to_buffer(tensor.data, tensor.datatype)
-                                 for tensor in response.outputs])
+    return message
+
+
+def encode_infer_response(response: InferResponse) -> RawResponse:
+    """Outputs travel in raw_output_contents, as Triton sends them."""
+    return RawResponse(None, [b"" if tensor.in_shared_memory else array_to_buffer(tensor.data, tensor.datatype)
+                              for tensor in response.outputs], response)
 
 
 def from_dict(data: dict, message_type):

@@ -21,7 +21,13 @@ from typing import Any
 import grpc
 
 from runtime.grpc.call_context import CallEnded, ServicerCallContext
-from runtime.grpc.codec import RAW_INPUT_FIELD, RawResponse, SplitInferRequest
+from runtime.grpc.codec import (
+    PLAIN_FORM_FIELDS,
+    RAW_INPUT_FIELD,
+    RawResponse,
+    SplitInferRequest,
+    plain_infer_request,
+)
 from runtime.grpc.service import InferenceServicer, Undecodable, details, tolerant_deserializer
 from runtime.protocol import service_pb2
 
@@ -74,16 +80,20 @@ class NativeGrpcServer:
                 method.name, getattr(servicer, method.name), _deserializer(method.input_type.name),
                 method.client_streaming)
             for method in descriptor.methods}
-        # the methods whose requests' large tensors arrive as views (SplitInferRequest)
+        # the methods whose requests' large tensors arrive as views (SplitInferRequest); of those, the unary one's
+        # requests are read by the edge where they have its plain form (runtime.grpc.codec.plain_infer_request)
         self.split_methods = [f"/{descriptor.full_name}/{method.name}" for method in descriptor.methods
                               if method.input_type.name == "ModelInferRequest"]
+        self.decode_methods = [f"/{descriptor.full_name}/{method.name}" for method in descriptor.methods
+                               if method.input_type.name == "ModelInferRequest" and not method.client_streaming]
         self.edge: Any = None
         self._unary: dict[int, asyncio.Task] = {}  # call id -> its task, while it runs
         self._streams: dict[int, NativeStream] = {}
 
     def add_insecure_port(self, address: str) -> int:
         """Bind ``address`` and start taking calls (they wait in the edge until :meth:`start`); 0: not bound."""
-        self.edge = self.native.Edge(address, self.options, self.split_methods, RAW_INPUT_FIELD, SPLIT_MIN_BYTES)
+        self.edge = self.native.Edge(address, self.options, self.split_methods, RAW_INPUT_FIELD, SPLIT_MIN_BYTES,
+                                     self.decode_methods)
         return self.edge.port
 
     async def start(self) -> None:
@@ -229,7 +239,8 @@ class NativeStream:
 
 def _deserializer(type_name: str) -> Callable[[Any], Any]:
     """``type_name``'s tolerant deserializer; for ModelInferRequest, one that also takes the edge's split form
-    (the message without its raw contents, and those as views)."""
+    (the message without its raw contents, and those as views) and its plain form (read by the edge: the core's
+    request made from it)."""
     deserialize = tolerant_deserializer(getattr(service_pb2, type_name))
     if type_name != "ModelInferRequest":
         return deserialize
@@ -237,6 +248,8 @@ def _deserializer(type_name: str) -> Callable[[Any], Any]:
     def deserialize_split(payload: Any) -> Any:
         if type(payload) is not tuple:
             return deserialize(payload)
+        if len(payload) == PLAIN_FORM_FIELDS:
+            return plain_infer_request(payload)
         rest, raws = payload
         message = deserialize(rest)
         return message if isinstance(message, Undecodable) else SplitInferRequest(message, raws)
@@ -245,8 +258,12 @@ def _deserializer(type_name: str) -> Callable[[Any], Any]:
 
 
 def _serialized(message: Any) -> Any:
-    """A response as the edge sends it: bytes, or a RawResponse's pieces (its tensors copied once, by the edge)."""
-    return message.serialized_parts() if type(message) is RawResponse else message.SerializeToString()
+    """A response as the edge sends it: bytes, or a RawResponse's tuple form (the edge writes the message itself)
+    or its pieces (its tensors copied once, by the edge)."""
+    if type(message) is not RawResponse:
+        return message.SerializeToString()
+    form = message.wire_form()
+    return form if form is not None else message.serialized_parts()
 
 
 def _status_of(error: BaseException) -> tuple[int, str]:

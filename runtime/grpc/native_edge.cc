@@ -5,6 +5,7 @@
 // Why: grpcio builds Python objects for every completion-queue event and runs each call in a pool thread; this
 // edge touches Python once per batch of events, on the loop thread (docs/benchmarks.md, "A native gRPC edge").
 // No grpc++ thread ever takes the GIL: Python's side of a call is reached only through take().
+#include "native_infer_response.h"
 #include "native_wire.h"
 
 #include <absl/synchronization/mutex.h>
@@ -42,6 +43,7 @@ struct CallState {
   EdgeReactor* reactor = nullptr;  // null once grpc is done with the call
   bool finishing = false;
   bool split = false;  // its messages' raw field is handed over as views (see SplitRawField)
+  bool decode = false;  // its messages are handed over in their plain form where they have one (see PlainForm)
   bool started = false;  // the first read completed (grpc threads only: one read at a time)
   grpc::ByteBuffer read_buffer;
   grpc::ByteBuffer write_buffer;
@@ -81,9 +83,11 @@ class EdgeService : public grpc::CallbackGenericService {
 class Edge {
  public:
   Edge(const std::string& address, const std::vector<std::pair<std::string, int>>& arguments,
-       const std::vector<std::string>& split_methods, int split_field, size_t split_min_bytes)
+       const std::vector<std::string>& split_methods, int split_field, size_t split_min_bytes,
+       const std::vector<std::string>& decode_methods)
       : service_(this),
         split_methods_(split_methods.begin(), split_methods.end()),
+        decode_methods_(decode_methods.begin(), decode_methods.end()),
         split_field_(split_field),
         split_min_bytes_(split_min_bytes) {
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -117,6 +121,7 @@ class Edge {
   int split_field() const { return split_field_; }
   size_t split_min_bytes() const { return split_min_bytes_; }
   bool Splits(const std::string& method) const { return split_methods_.count(method) != 0; }
+  bool Decodes(const std::string& method) const { return decode_methods_.count(method) != 0; }
   int fileno() const { return wake_fd_; }
   uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -162,6 +167,7 @@ class Edge {
  private:
   EdgeService service_;
   std::unordered_set<std::string> split_methods_;
+  std::unordered_set<std::string> decode_methods_;  // split methods whose ModelInferRequests are read here
   int split_field_;
   size_t split_min_bytes_;
   std::unique_ptr<grpc::Server> server_;
@@ -180,6 +186,7 @@ EdgeReactor::EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context
   state_->id = id;
   state_->method = context->method();
   state_->split = edge->Splits(state_->method);
+  state_->decode = state_->split && edge->Decodes(state_->method);
   const auto& metadata = context->client_metadata();
   state_->metadata.reserve(metadata.size());
   for (const auto& [key, value] : metadata) {
@@ -298,33 +305,90 @@ py::object ReceivedInto(grpc::ByteBuffer& buffer, const py::object& into, uint32
   return py::make_tuple(py::bytes(rest), ViewsOf(target, placed));
 }
 
+py::str Text(const std::string_view& utf8) {
+  PyObject* text = PyUnicode_DecodeUTF8(utf8.data(), static_cast<Py_ssize_t>(utf8.size()), nullptr);
+  if (text == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(text);
+}
+
+// The plain form of a ModelInferRequest (native_wire.h) whose raw input contents are ``raws`` (views or bytes):
+// (model name, version, id, [(input name, datatype, shape)], [output name], raws), which Python makes its request
+// from without protobuf (33 us a request in the server at gRPC add_sub_batch c=1, parsing and reading the
+// message). None where ``rest`` (the message without its raw contents) has more than the plain form, a string that
+// is not UTF-8, or not one raw content for each input: protobuf then parses it, and the error is worded as before.
+py::object PlainForm(const std::string_view& rest, const py::list& raws) {
+  native_wire::PlainInferRequest request;
+  if (!native_wire::ParsePlainInferRequest(rest, &request) || request.inputs.size() != raws.size()) {
+    return py::none();
+  }
+  try {
+    py::list inputs(request.inputs.size());
+    for (size_t i = 0; i < request.inputs.size(); ++i) {
+      const auto& input = request.inputs[i];
+      py::tuple shape(input.shape.size());
+      for (size_t d = 0; d < input.shape.size(); ++d) shape[d] = py::int_(input.shape[d]);
+      inputs[i] = py::make_tuple(Text(input.name), Text(input.datatype), std::move(shape));
+    }
+    py::list outputs(request.outputs.size());
+    for (size_t i = 0; i < request.outputs.size(); ++i) outputs[i] = Text(request.outputs[i]);
+    return py::make_tuple(Text(request.model_name), Text(request.model_version), Text(request.id),
+                          std::move(inputs), std::move(outputs), raws);
+  } catch (py::error_already_set&) {
+    return py::none();
+  }
+}
+
+// A split form's plain form where it has one, else the split form.
+py::object PlainOrSplit(const py::object& split_form) {
+  py::tuple parts = py::reinterpret_borrow<py::tuple>(split_form);
+  py::object rest = parts[0];
+  std::string_view bytes(PyBytes_AS_STRING(rest.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(rest.ptr())));
+  py::object plain = PlainForm(bytes, py::reinterpret_borrow<py::list>(parts[1]));
+  return plain.is_none() ? split_form : plain;
+}
+
+// A small message's plain form, its raw contents copied into bytes of their own; else the message's bytes.
+py::object PlainOrWhole(const py::object& whole, const char* data, size_t size, uint32_t field) {
+  std::string rest;
+  std::vector<std::pair<size_t, size_t>> spans;
+  if (!native_wire::SplitRawField(data, size, field, &rest, &spans)) return whole;
+  py::list raws(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) raws[i] = py::bytes(data + spans[i].first, spans[i].second);
+  py::object plain = PlainForm(rest, raws);
+  return plain.is_none() ? whole : plain;
+}
+
 // A received message for Python: its bytes, or for a call that splits, (the message without its raw field,
 // [a memoryview of each raw field's bytes]) when they come to ``min_bytes`` or more: protobuf then never copies
 // the tensors (smaller ones cost less to copy than the views do to make and read).  ``into`` (None: not
-// offered) gives a buffer a large message's tensors are received into instead of bytes of its own.
-py::object Received(grpc::ByteBuffer& buffer, bool split, uint32_t field, size_t min_bytes,
+// offered) gives a buffer a large message's tensors are received into instead of bytes of its own.  For a call
+// that decodes, the message's plain form (PlainForm) where it has one, whatever its size.
+py::object Received(grpc::ByteBuffer& buffer, const CallState& call, uint32_t field, size_t min_bytes,
                     const py::object& into) {
-  if (split && !into.is_none() && buffer.Length() >= min_bytes) {
+  if (call.split && !into.is_none() && buffer.Length() >= min_bytes) {
     py::object received;
     try {
       received = ReceivedInto(buffer, into, field, min_bytes);
     } catch (py::error_already_set&) {
       received = py::none();  // ``into`` failed: the message is read into bytes of its own, as without it
     }
-    if (!received.is_none()) return received;
+    if (!received.is_none()) return call.decode ? PlainOrSplit(received) : received;
   }
   py::object whole = ToBytes(buffer);
-  if (!split || whole.is_none()) return whole;
+  if (!call.split || whole.is_none()) return whole;
   const char* data = PyBytes_AS_STRING(whole.ptr());
   size_t size = static_cast<size_t>(PyBytes_GET_SIZE(whole.ptr()));
-  if (size < min_bytes) return whole;
+  if (size < min_bytes) return call.decode ? PlainOrWhole(whole, data, size, field) : whole;
   py::object split_form = SplitForm(whole, data, size, field, min_bytes);
-  return split_form.is_none() ? whole : split_form;
+  if (split_form.is_none()) return whole;
+  return call.decode ? PlainOrSplit(split_form) : split_form;
 }
 
-// A message to send, copied once into grpc's buffer (grpc may send it after Python lets go): bytes, or a list of
-// buffers (bytes, memoryviews) that together make the message, so that a tensor is not joined into bytes first.
+// A message to send, copied once into grpc's buffer (grpc may send it after Python lets go): bytes, a list of
+// buffers (bytes, memoryviews) that together make the message, so that a tensor is not joined into bytes first,
+// or a ModelInferResponse's tuple form (native_infer_response.h), written without protobuf.
 grpc::ByteBuffer ToSend(const py::handle& message) {
+  if (PyTuple_Check(message.ptr())) return native_infer_response::Encode(message);
   if (PyBytes_Check(message.ptr())) {
     grpc::Slice slice(PyBytes_AS_STRING(message.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(message.ptr())));
     return grpc::ByteBuffer(&slice, 1);
@@ -435,7 +499,7 @@ py::list Take(Edge& edge, const py::object& into) {
     Event& event = events[i];
     py::object payload;
     if (event.kind == kStart || event.kind == kRead) {
-      payload = event.ok ? Received(event.payload, event.call->split, field, min_bytes, into) : py::none();
+      payload = event.ok ? Received(event.payload, *event.call, field, min_bytes, into) : py::none();
     } else {
       payload = py::bool_(event.ok);
     }
@@ -457,6 +521,23 @@ PYBIND11_MODULE(_native_edge, module) {
   module.attr("WRITE_DONE") = static_cast<int>(kWriteDone);
   module.attr("CANCEL") = static_cast<int>(kCancel);
   module.attr("GRPC_VERSION") = grpc::Version();
+  module.def(
+      "infer_response_bytes",
+      [](const py::tuple& form) {
+        grpc::ByteBuffer buffer = native_infer_response::Encode(form);
+        return ToBytes(buffer);
+      },
+      "The bytes a ModelInferResponse's tuple form is sent as (what finish writes for it).");
+  module.def(
+      "plain_form",
+      [](const py::bytes& message, uint32_t field) {
+        std::string_view bytes = message;
+        py::object plain = PlainOrWhole(message, bytes.data(), bytes.size(), field);
+        return plain.is(message) ? py::none() : plain;
+      },
+      py::arg("message"), py::arg("field"),
+      "The plain form a call that decodes hands over for this ModelInferRequest (``field``: its raw contents' "
+      "number), None where it has none (protobuf parses it).");
   py::class_<Call>(module, "Call")
       .def_property_readonly("id", &Call::id)
       .def_property_readonly("method", &Call::method)
@@ -466,9 +547,10 @@ PYBIND11_MODULE(_native_edge, module) {
       .def("finish", &Call::finish);
   py::class_<Edge, std::unique_ptr<Edge, EdgeDeleter>>(module, "Edge")
       .def(py::init<const std::string&, const std::vector<std::pair<std::string, int>>&,
-                    const std::vector<std::string>&, int, size_t>(),
+                    const std::vector<std::string>&, int, size_t, const std::vector<std::string>&>(),
            py::arg("address"), py::arg("arguments"), py::arg("split_methods") = std::vector<std::string>(),
-           py::arg("split_field") = 0, py::arg("split_min_bytes") = 0, py::call_guard<py::gil_scoped_release>())
+           py::arg("split_field") = 0, py::arg("split_min_bytes") = 0,
+           py::arg("decode_methods") = std::vector<std::string>(), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("port", &Edge::port)
       .def("fileno", &Edge::fileno)
       .def("take", &Take, py::arg("into") = py::none())

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -118,6 +119,118 @@ bool SplitRawField(const Bytes& data, size_t size, uint32_t field, std::string* 
         return false;
     }
     AppendRange(data, start, pos - start, rest);
+  }
+  return true;
+}
+
+// A ModelInferRequest in its plain form, as tritonclient sends one: model name, version, id, inputs with a name,
+// a datatype and a shape only, outputs with a name only, raw input contents (read elsewhere). Views of the bytes
+// parsed; shapes as protobuf reads them (int64, packed or not).
+struct PlainInput {
+  std::string_view name, datatype;
+  std::vector<int64_t> shape;
+};
+
+struct PlainInferRequest {
+  std::string_view model_name, model_version, id;
+  std::vector<PlainInput> inputs;
+  std::vector<std::string_view> outputs;
+};
+
+// A length-delimited field's bytes at ``*pos`` (its key read), moving past them.
+inline bool ReadBytes(const char* data, size_t size, size_t* pos, std::string_view* out) {
+  uint64_t length;
+  if (!ReadVarint(data, size, pos, &length) || length > size - *pos) return false;
+  *out = std::string_view(data + *pos, static_cast<size_t>(length));
+  *pos += length;
+  return true;
+}
+
+// A field of ``message`` at ``*pos``: its number and wire type, and for a length-delimited one its bytes.
+inline bool ReadField(const std::string_view& message, size_t* pos, uint32_t* number, std::string_view* bytes) {
+  uint64_t key;
+  if (!ReadVarint(message.data(), message.size(), pos, &key) || (key & 7) != 2 || (key >> 3) == 0 ||
+      (key >> 3) > 0xFFFFFFFFu) {
+    return false;  // only length-delimited fields make the plain form: anything else goes to protobuf
+  }
+  *number = static_cast<uint32_t>(key >> 3);
+  return ReadBytes(message.data(), message.size(), pos, bytes);
+}
+
+inline bool ParsePlainInput(const std::string_view& message, PlainInput* input) {
+  size_t pos = 0;
+  while (pos < message.size()) {
+    size_t start = pos;
+    uint64_t key;
+    if (!ReadVarint(message.data(), message.size(), &pos, &key)) return false;
+    if (key == (3 << 3 | 0)) {  // one dim of the shape, unpacked
+      uint64_t dim;
+      if (!ReadVarint(message.data(), message.size(), &pos, &dim)) return false;
+      input->shape.push_back(static_cast<int64_t>(dim));
+      continue;
+    }
+    pos = start;
+    uint32_t number;
+    std::string_view bytes;
+    if (!ReadField(message, &pos, &number, &bytes)) return false;
+    if (number == 1) {
+      input->name = bytes;
+    } else if (number == 2) {
+      input->datatype = bytes;
+    } else if (number == 3) {  // the shape, packed
+      size_t at = 0;
+      while (at < bytes.size()) {
+        uint64_t dim;
+        if (!ReadVarint(bytes.data(), bytes.size(), &at, &dim)) return false;
+        input->shape.push_back(static_cast<int64_t>(dim));
+      }
+    } else {
+      return false;  // parameters, typed contents
+    }
+  }
+  return true;
+}
+
+inline bool ParsePlainOutput(const std::string_view& message, std::string_view* name) {
+  size_t pos = 0;
+  while (pos < message.size()) {
+    uint32_t number;
+    std::string_view bytes;
+    if (!ReadField(message, &pos, &number, &bytes) || number != 1) return false;  // parameters: protobuf's
+    *name = bytes;
+  }
+  return true;
+}
+
+// ``message`` (a ModelInferRequest without its raw input contents) in its plain form; false where it has more
+// (parameters, typed contents, unknown fields) or cannot be read: protobuf then parses it and says what is wrong.
+inline bool ParsePlainInferRequest(const std::string_view& message, PlainInferRequest* out) {
+  size_t pos = 0;
+  while (pos < message.size()) {
+    uint32_t number;
+    std::string_view bytes;
+    if (!ReadField(message, &pos, &number, &bytes)) return false;
+    switch (number) {
+      case 1:
+        out->model_name = bytes;
+        break;
+      case 2:
+        out->model_version = bytes;
+        break;
+      case 3:
+        out->id = bytes;
+        break;
+      case 5:
+        out->inputs.emplace_back();
+        if (!ParsePlainInput(bytes, &out->inputs.back())) return false;
+        break;
+      case 6:
+        out->outputs.emplace_back();
+        if (!ParsePlainOutput(bytes, &out->outputs.back())) return false;
+        break;
+      default:  // request parameters, raw contents left in, unknown fields
+        return false;
+    }
   }
   return true;
 }

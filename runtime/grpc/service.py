@@ -193,7 +193,8 @@ class InferenceServicer:
     async def ModelInfer(self, request, context):
         if self.service.is_decoupled(request.model_name, request.model_version):
             raise Unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
-        decoded = decode_infer_request(request)
+        # the native edge hands over a plain request already decoded (runtime.grpc.codec.plain_infer_request)
+        decoded = request if type(request) is InferRequest else decode_infer_request(request)
         decoded.trace_context = _traceparent(context)
         return encode_infer_response(await self.service.infer(decoded))
 
