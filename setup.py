@@ -40,7 +40,8 @@ def extensions() -> list[Extension]:
         return []
     return [Extension(
         "runtime.grpc._native_edge", ["runtime/grpc/native_edge.cc"],
-        depends=["runtime/grpc/native_wire.h", "runtime/grpc/native_infer_response.h"],
+        depends=["runtime/grpc/native_wire.h", "runtime/grpc/native_received.h",
+                 "runtime/grpc/native_infer_response.h"],
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
                             *[flag for flag in flags if flag.startswith(("-I", "-D"))]],
