@@ -142,3 +142,18 @@ def test_a_tensor_that_is_not_one_block_of_bytes_is_refused_not_sent_wrong():
     form = ("m", "1", "", [("OUT", "UINT8", (5,), memoryview(bytes(range(10)))[::2])])
     with pytest.raises(BufferError):
         _edge().infer_response_bytes(form)
+
+
+@settings(max_examples=500, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=255)), max_size=4),
+       cut=st.integers(min_value=0, max_value=200))
+def test_whatever_bytes_the_plain_reader_takes_protobuf_reads_the_same(edits, cut):
+    message = _with(lambda m: m.inputs.add(name="é", datatype="INT64", shape=[2, 300]))
+    message.raw_input_contents.append(bytes(16))
+    data = bytearray(message.SerializeToString())
+    for position, value in edits:
+        data[position % len(data)] = value
+    data = bytes(data[: len(data) - cut % len(data)])
+    plain = _plain(data)  # never a crash, whatever the bytes
+    if plain is not None:
+        assert _seen(plain) == _seen(decode_infer_request(service_pb2.ModelInferRequest.FromString(data)))

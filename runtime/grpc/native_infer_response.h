@@ -1,7 +1,7 @@
 // A ModelInferResponse written by the native edge straight from the core's answer, without protobuf: Python hands
 // over (model name, version, id, [(output name, datatype, shape, bytes)]) and the message is written into one grpc
 // slice, each tensor copied once, as before. Building the protobuf message and serializing it cost 33 us a request
-// in the server at gRPC add_sub_batch c=1, 20 at c=32 (docs/benchmarks.md, "A native response").
+// in the server at gRPC add_sub_batch c=1, 20 at c=32 (docs/benchmarks.md, "A native request and response codec").
 #ifndef RUNTIME_GRPC_NATIVE_INFER_RESPONSE_H_
 #define RUNTIME_GRPC_NATIVE_INFER_RESPONSE_H_
 
