@@ -63,24 +63,41 @@ inline std::string_view Utf8(const py::handle& text) {
   return {data, static_cast<size_t>(size)};
 }
 
-// One output as read from Python; ``data`` is released by Outputs' destructor.
+// One output as read from Python; ``data`` is released by Outputs.
 struct Output {
   std::string_view name, datatype;
   std::vector<uint64_t> shape;
   size_t packed_shape = 0;  // the shape's varints, packed
   size_t body = 0;          // the InferOutputTensor message's size
-  Py_buffer data{};
+  Py_buffer data{};         // zeroed until acquired: releasing it then does nothing
 };
 
+// The outputs of a tuple form, each one's bytes held (as a buffer) until they are written; every buffer acquired
+// is released, also when a later output turns out unreadable.
 class Outputs {
  public:
   explicit Outputs(const py::handle& outputs) {
+    try {
+      Read(outputs);
+    } catch (...) {
+      Release();
+      throw;
+    }
+  }
+  ~Outputs() { Release(); }
+  Outputs(const Outputs&) = delete;
+  Outputs& operator=(const Outputs&) = delete;
+
+  const std::vector<Output>& items() const { return outputs_; }
+
+ private:
+  void Read(const py::handle& outputs) {
     py::sequence items = py::reinterpret_borrow<py::sequence>(outputs);
     outputs_.reserve(items.size());
     for (const auto& item : items) {
       py::tuple fields = py::reinterpret_borrow<py::tuple>(item);
       if (fields.size() != 4) throw py::value_error("an output is (name, datatype, shape, bytes)");
-      Output output;
+      Output& output = outputs_.emplace_back();
       output.name = Utf8(fields[0]);
       output.datatype = Utf8(fields[1]);
       for (const auto& dim : py::reinterpret_borrow<py::sequence>(fields[2])) {
@@ -92,18 +109,14 @@ class Outputs {
       output.body = StringSize(output.name) + StringSize(output.datatype) +
                     (output.shape.empty() ? 0 : FieldSize(output.packed_shape));
       if (PyObject_GetBuffer(fields[3].ptr(), &output.data, PyBUF_SIMPLE) != 0) throw py::error_already_set();
-      outputs_.push_back(output);
     }
   }
-  ~Outputs() {
+
+  void Release() {
     for (auto& output : outputs_) PyBuffer_Release(&output.data);
+    outputs_.clear();
   }
-  Outputs(const Outputs&) = delete;
-  Outputs& operator=(const Outputs&) = delete;
 
-  const std::vector<Output>& items() const { return outputs_; }
-
- private:
   std::vector<Output> outputs_;
 };
 
