@@ -44,6 +44,7 @@ from scripts.bench_vs_triton import (  # noqa: E402
 )
 
 NATIVE_EDGE = Path("runtime/grpc/native_edge.cc")
+NATIVE_SOURCES = ("native_*.cc", "native_*.h")
 PARTS = ("loop", "threads", "workers")
 
 
@@ -88,15 +89,16 @@ def measure(process: subprocess.Popen, protocol: str, port: int, model: str, con
 
 
 def checkout(base: str, into: Path) -> Path:
-    """A worktree of ``base``, with this tree's built native edge where its source is the same, else one built
+    """A worktree of ``base``, with this tree's built native edge where its sources are the same, else one built
     from its own source (as a wheel, in pip's isolated build: the venv's installed package is left as it is)."""
     added = subprocess.run(["git", "worktree", "add", "--detach", str(into), base], cwd=ROOT, capture_output=True,
                            text=True)
     if added.returncode != 0:
         raise SystemExit(f"no worktree of {base}: {added.stderr.strip()}")
     built = list((ROOT / NATIVE_EDGE.parent).glob("_native_edge*.so"))
-    source = subprocess.run(["git", "show", f"{base}:{NATIVE_EDGE}"], cwd=ROOT, capture_output=True).stdout
-    if built and source != (ROOT / NATIVE_EDGE).read_bytes():
+    sources = [str(NATIVE_EDGE.parent / pattern) for pattern in NATIVE_SOURCES]  # the .cc and the headers it includes
+    differs = subprocess.run(["git", "diff", "--quiet", base, "--", *sources], cwd=ROOT).returncode != 0
+    if built and differs:
         built = [_build_native_edge(into)]
     for library in built:
         shutil.copy2(library, into / NATIVE_EDGE.parent / library.name)
