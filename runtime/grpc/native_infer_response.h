@@ -10,7 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
-#include <string>
+#include <string_view>
 #include <vector>
 
 namespace native_infer_response {

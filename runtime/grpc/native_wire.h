@@ -146,33 +146,37 @@ inline bool ReadBytes(const char* data, size_t size, size_t* pos, std::string_vi
   return true;
 }
 
-// A field of ``message`` at ``*pos``: its number and wire type, and for a length-delimited one its bytes.
-inline bool ReadField(const std::string_view& message, size_t* pos, uint32_t* number, std::string_view* bytes) {
+// A field's key at ``*pos``: its number and wire type (false past the largest field number protobuf allows).
+inline bool ReadKey(const std::string_view& message, size_t* pos, uint64_t* number, uint32_t* wire_type) {
   uint64_t key;
-  if (!ReadVarint(message.data(), message.size(), pos, &key) || (key & 7) != 2 || (key >> 3) == 0 ||
-      (key >> 3) > 0xFFFFFFFFu) {
-    return false;  // only length-delimited fields make the plain form: anything else goes to protobuf
-  }
-  *number = static_cast<uint32_t>(key >> 3);
-  return ReadBytes(message.data(), message.size(), pos, bytes);
+  if (!ReadVarint(message.data(), message.size(), pos, &key)) return false;
+  *number = key >> 3;
+  *wire_type = static_cast<uint32_t>(key & 7);
+  return *number != 0 && *number < (1u << 29);
+}
+
+// A length-delimited field of ``message`` at ``*pos``: its number and its bytes. False for any other wire type:
+// only length-delimited fields make the plain form, anything else goes to protobuf.
+inline bool ReadField(const std::string_view& message, size_t* pos, uint64_t* number, std::string_view* bytes) {
+  uint32_t wire_type;
+  return ReadKey(message, pos, number, &wire_type) && wire_type == 2 &&
+         ReadBytes(message.data(), message.size(), pos, bytes);
 }
 
 inline bool ParsePlainInput(const std::string_view& message, PlainInput* input) {
   size_t pos = 0;
   while (pos < message.size()) {
-    size_t start = pos;
-    uint64_t key;
-    if (!ReadVarint(message.data(), message.size(), &pos, &key)) return false;
-    if (key == (3 << 3 | 0)) {  // one dim of the shape, unpacked
+    uint64_t number;
+    uint32_t wire_type;
+    if (!ReadKey(message, &pos, &number, &wire_type)) return false;
+    if (number == 3 && wire_type == 0) {  // one dim of the shape, unpacked
       uint64_t dim;
       if (!ReadVarint(message.data(), message.size(), &pos, &dim)) return false;
       input->shape.push_back(static_cast<int64_t>(dim));
       continue;
     }
-    pos = start;
-    uint32_t number;
     std::string_view bytes;
-    if (!ReadField(message, &pos, &number, &bytes)) return false;
+    if (wire_type != 2 || !ReadBytes(message.data(), message.size(), &pos, &bytes)) return false;
     if (number == 1) {
       input->name = bytes;
     } else if (number == 2) {
@@ -194,7 +198,7 @@ inline bool ParsePlainInput(const std::string_view& message, PlainInput* input) 
 inline bool ParsePlainOutput(const std::string_view& message, std::string_view* name) {
   size_t pos = 0;
   while (pos < message.size()) {
-    uint32_t number;
+    uint64_t number;
     std::string_view bytes;
     if (!ReadField(message, &pos, &number, &bytes) || number != 1) return false;  // parameters: protobuf's
     *name = bytes;
@@ -207,7 +211,7 @@ inline bool ParsePlainOutput(const std::string_view& message, std::string_view* 
 inline bool ParsePlainInferRequest(const std::string_view& message, PlainInferRequest* out) {
   size_t pos = 0;
   while (pos < message.size()) {
-    uint32_t number;
+    uint64_t number;
     std::string_view bytes;
     if (!ReadField(message, &pos, &number, &bytes)) return false;
     switch (number) {
