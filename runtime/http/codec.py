@@ -7,13 +7,14 @@ text, parsed straight into numpy by :mod:`runtime.http.json_data`.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
 from runtime.datatypes import DATATYPES, array_to_buffer, for_input
 from runtime.errors import InvalidArgument
 from runtime.extensions.shared_memory import REGION_PARAMETER, require_no_regions
+from runtime.http.binary_form import BinaryForms
 from runtime.http.json_data import array_from_json, cut_out_arrays, dumps, json_fragment
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
@@ -21,6 +22,7 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 RAW_INPUT = "raw_input"  # the name Triton gives the one input of a raw binary request
 RESERVED_PREFIX = "triton_"
 _LARGE_HEADER = 1 << 20  # headers past this size have their large data arrays cut out before parsing
+_BINARY_FORMS = BinaryForms()  # the headers tritonclient sends, read once each
 _CONTENT_FIELDS = "'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'"
 
 
@@ -42,44 +44,6 @@ class _Message(msgspec.Struct):
     outputs: list[_Output] | None = None
     id: Any = ""
     parameters: Any = None
-
-
-# The form tritonclient gives nearly every request: binary inputs (each with only its ``binary_data_size``),
-# outputs asked for with at most ``binary_data``, and at most ``binary_data_output`` as a request parameter.  A
-# header msgspec decodes into these (types, bounds and the absence of other fields checked in C) is decoded in a
-# few lines; any other header, and every malformed one, takes the general path, which gives Triton's errors.
-_Count = Annotated[int, msgspec.Meta(ge=0)]
-_Name = Annotated[str, msgspec.Meta(min_length=1)]
-
-
-class _BinarySize(msgspec.Struct, forbid_unknown_fields=True):
-    binary_data_size: _Count
-
-
-class _BinaryInput(msgspec.Struct, forbid_unknown_fields=True):
-    name: _Name
-    datatype: str
-    shape: list[_Count]
-    parameters: _BinarySize
-
-
-class _PlainOutput(msgspec.Struct, forbid_unknown_fields=True):
-    name: _Name
-    parameters: dict[str, bool] | None = None
-
-
-class _BinaryRequestParameters(msgspec.Struct, forbid_unknown_fields=True):
-    binary_data_output: bool = False
-
-
-class _BinaryMessage(msgspec.Struct, forbid_unknown_fields=True):
-    inputs: list[_BinaryInput]
-    outputs: list[_PlainOutput] = []
-    id: str = ""
-    parameters: _BinaryRequestParameters | None = None
-
-
-_binary_message = msgspec.json.Decoder(_BinaryMessage)
 
 
 # Where msgspec's structural complaints point, and what we say instead (Triton's words).
@@ -178,7 +142,7 @@ def decode_infer_request(
         raw = InferTensor(RAW_INPUT, "", (), None, raw=memoryview(body))
         return InferRequest(model_name=model_name, model_version=model_version, inputs=[raw], raw_input=True), True
     header, binary = bytes(body[:size]) if body.__class__ is memoryview else body[:size], memoryview(body)[size:]
-    if (decoded := _decode_binary_form(header, binary, model_name, model_version)) is not None:
+    if (decoded := _BINARY_FORMS.request(header, binary, model_name, model_version)) is not None:
         return decoded
     if len(header) > _LARGE_HEADER:
         light, spans = cut_out_arrays(header)
@@ -187,39 +151,6 @@ def decode_infer_request(
             if decoded is not None:
                 return decoded
     return _decode_header(header, header, {}, binary, model_name, model_version)
-
-
-def _decode_binary_form(header: bytes, binary: memoryview, model_name: str,
-                        model_version: str) -> tuple[InferRequest, bool] | None:
-    """The request when its header has tritonclient's binary form and its sizes add up; None otherwise (the
-    general path then decodes it, or says what is wrong with it)."""
-    try:
-        message = _binary_message.decode(header)
-    except (msgspec.MsgspecError, RecursionError):
-        return None
-    inputs: list[InferTensor] = []
-    offset = 0
-    for raw in message.inputs:
-        size = raw.parameters.binary_data_size
-        if raw.datatype not in DATATYPES or offset + size > len(binary):
-            return None
-        inputs.append(InferTensor(name=raw.name, datatype=raw.datatype, shape=tuple(raw.shape), data=None,
-                                  raw=binary[offset : offset + size]))
-        offset += size
-    if offset != len(binary):
-        return None
-    outputs = []
-    for raw in message.outputs:
-        wanted = raw.parameters
-        if wanted is None:
-            wanted = {}
-        elif len(wanted) > 1 or (wanted and "binary_data" not in wanted):
-            return None
-        outputs.append(RequestedOutput(name=raw.name, parameters=wanted))
-    parameters = message.parameters
-    request = InferRequest(model_name=model_name, model_version=model_version, id=message.id, inputs=inputs,
-                           outputs=outputs, parameters={})
-    return request, parameters.binary_data_output if parameters is not None else False
 
 
 def _decode_header(

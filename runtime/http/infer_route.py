@@ -40,6 +40,7 @@ _LARGE_BODIES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-body
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
 _HEADER_LENGTH = HEADER_LENGTH.lower().encode()
 _READ_HEADERS = (b"content-length", b"content-encoding", b"accept-encoding", _HEADER_LENGTH, b"traceparent")
+_READ_HEADER_INDEX = {name: index for index, name in enumerate(_READ_HEADERS)}
 _JSON = b"application/json"
 _SHORT_LENGTH = len(str(_OFFLOAD_BYTES)) - 1  # a Content-Length of this many digits is under _OFFLOAD_BYTES
 
@@ -99,7 +100,7 @@ class InferRoute:
                     self.json_budget.give_back(budgeted)
             request.trace_context = traceparent  # continued by tracing in opentelemetry mode
             response = await self.service.infer(request)
-        if sum(t.data.nbytes for t in response.outputs if t.data is not None) > _OFFLOAD_BYTES:
+        if _output_bytes(response) > _OFFLOAD_BYTES:
             return await _off_loop(_encode, response, binary_default, accept_encoding or "")
         return _encode(response, binary_default, accept_encoding or "")
 
@@ -108,12 +109,20 @@ def _read_headers(scope: Scope) -> list[str | None]:
     """Content-Length, Content-Encoding, Accept-Encoding, the JSON header's length and the W3C ``traceparent``
     (the first of each)."""
     found: list[str | None] = [None] * len(_READ_HEADERS)
+    wanted = _READ_HEADER_INDEX
     for key, value in scope["headers"]:
-        if key in _READ_HEADERS:
-            index = _READ_HEADERS.index(key)
-            if found[index] is None:
-                found[index] = value.decode("latin-1")
+        index = wanted.get(key)
+        if index is not None and found[index] is None:
+            found[index] = value.decode("latin-1")
     return found
+
+
+def _output_bytes(response) -> int:
+    total = 0
+    for tensor in response.outputs:
+        if tensor.data is not None:
+            total += tensor.data.nbytes
+    return total
 
 
 def _decode(chunks: list[bytes], encoding: str, limit: int, header_length: str | None, name: str,

@@ -90,8 +90,12 @@ async def send_answer(send: Send, status: int, headers: list[tuple[bytes, bytes]
     """Send an answer as ASGI messages (``headers`` lower-case, Content-Length added); ``body`` whole, or as the
     parts it is joined from (an answer's JSON header and its tensors, read in place).  A body over ``CHUNK_BYTES``
     goes in chunks cut straight from the parts, within ``budget``'s send timeout and byte bound (see the module)."""
-    parts = [body] if isinstance(body, bytes) else body
-    size = sum(len(part) for part in parts)
+    if isinstance(body, bytes):
+        parts, size = [body], len(body)
+    else:
+        parts, size = body, 0
+        for part in parts:
+            size += len(part)
     headers = [(b"content-length", str(size).encode()), *headers]
     if size <= CHUNK_BYTES:
         await send({"type": "http.response.start", "status": status, "headers": headers})
