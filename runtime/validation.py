@@ -140,8 +140,8 @@ def _exact_batch_size(spec: ModelSpec, request: InferRequest) -> int | None:
             return None
     if len({tensor.name for tensor in inputs}) != len(inputs):
         return None
-    for tensor in inputs:
-        tensor.data = np.frombuffer(tensor.raw, dtype=exact[tensor.name].dtype).reshape(tensor.shape)
+    for tensor in inputs:  # an array on the bytes in one call (frombuffer and reshape: twice the time)
+        tensor.data = np.ndarray(tensor.shape, exact[tensor.name].dtype, tensor.raw)
         tensor.raw = None
     return max(batch, 1) if batched else 1
 
