@@ -15,9 +15,10 @@ run.
   Triton has only the Python backend, so its row is against Triton's ``add_sub_batch``.
 
 Besides the ratios it prints the concurrency-1 p50 latency of ours minus Triton's, against a 0.1 ms target, and
-the gRPC stacks' own floors measured in the same run: ``scripts.benchmark``'s echo servers on the native edge and
+the stacks' own floors measured in the same run: ``scripts.benchmark``'s echo servers on the native edge and
 on grpcio's thread-pool server (ModelInfer answered with its inputs, no model, no checks) under the same load for
-add_sub_batch, pinned like the servers, beside Triton's rate and CPU per request.
+add_sub_batch, and ``scripts.http_echo`` (our HTTP listener answering infer requests with their inputs) for
+add_sub_batch and identity_big, pinned like the servers, beside Triton's rate and CPU per request.
 
 Each point is the better of two rounds (``--rounds``); the servers run side by side and take turns point by point
 (the order reversed each round), so that the two figures of a ratio are measured seconds apart.
@@ -153,6 +154,7 @@ MODELS = tuple(SHAPES)
 # Where the echo is the floor of the same exchange: its answer is add_sub's size.  (Its identity_big answer builds the
 # tensor into the message, two copies our server does not make: measured slower than our server, it is no floor.)
 FLOOR_MODELS = ("add_sub_batch",)
+HTTP_FLOOR_MODELS = ("add_sub_batch", "identity_big")  # answers of the model's size (resnet50_pt's is not its input's)
 OURS_ONLY = {"add_sub_onnx": "add_sub_batch"}  # a model Triton's wheel cannot serve -> the Triton row it is held to
 LATENCY_TARGET_MS = 0.1  # ours - Triton, p50 at concurrency 1
 
@@ -223,7 +225,8 @@ def start_ours(repository: Path, workdir: Path, root: Path = ROOT, env: dict[str
             grpc_port)
 
 
-FLOORS = {"floor": "grpc.aio echo", "floor-threads": "grpcio thread-pool echo", "floor-native": "native edge echo"}
+FLOORS = {"floor": "grpc.aio echo", "floor-threads": "grpcio thread-pool echo", "floor-native": "native edge echo",
+          "floor-http": "granian ASGI echo"}
 FLOOR_STACKS = {"floor": "aio", "floor-threads": "threads", "floor-native": "native"}
 
 
@@ -240,6 +243,20 @@ def start_grpc_floor(stack: str = "native") -> tuple[subprocess.Popen, None, int
         stop_tree(process)
         raise
     return process, None, port
+
+
+def start_http_floor() -> tuple[subprocess.Popen, int, int]:
+    """The HTTP stack's own cost, pinned like the servers: ``scripts.http_echo`` (our listener, a bare ASGI echo),
+    answering already."""
+    port = free_port()
+    command = [*pinned(0), sys.executable, "-m", "scripts.http_echo", str(port)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(process, port, timeout=60.0)
+    except (TimeoutError, RuntimeError):
+        stop_tree(process)
+        raise
+    return process, port, 0
 
 
 def wait_grpc_live(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -470,6 +487,8 @@ def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
 def _start_server(server: str, workdir: Path) -> tuple[subprocess.Popen, int | None, int]:
     """``server`` started (a floor: answering already; Triton and ours: see ``wait_ready``): (its process, HTTP
     port or None, gRPC port)."""
+    if server == "floor-http":
+        return start_http_floor()
     if server in FLOORS:
         return start_grpc_floor(FLOOR_STACKS[server])
     repository = workdir / f"repo-{server}"
@@ -482,6 +501,8 @@ def _serves(server: str, protocol: str, model: str) -> bool:
     gRPC."""
     if server == "triton":
         return model not in OURS_ONLY
+    if server == "floor-http":
+        return protocol == "http" and model in HTTP_FLOOR_MODELS
     if server in FLOORS:
         return protocol == "grpc" and model in FLOOR_MODELS
     return True
@@ -557,8 +578,9 @@ def print_ratios(table: list[dict], floors: list[dict] = ()) -> None:
     if any(row["model"] in OURS_ONLY for row in table):
         print("  (add_sub_onnx: our ONNX add_sub against Triton's Python add_sub_batch; the wheel has no ONNX backend)")
     for floor in floors:
-        print(f"  grpc {floor['model']:13} c={floor['c']:<3} the gRPC stack's floor ({FLOORS[floor['server']]}, "
-              f"no model): "
+        stack = "gRPC" if floor["protocol"] == "grpc" else "HTTP"
+        print(f"  {floor['protocol']:4} {floor['model']:13} c={floor['c']:<3} the {stack} stack's floor "
+              f"({FLOORS[floor['server']]}, no model): "
               f"{floor['rps']:.0f} req/s = {floor['ratio']:.2f}x Triton, {floor['cpu_us']:.0f} us of CPU per "
               f"request (Triton's whole server {floor['triton_cpu_us']:.0f})")
     for what, value, relation, goal, met in targets(table):
@@ -571,9 +593,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
-    parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor-native", "floor-threads"],
+    parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor-native", "floor-threads",
+                                                          "floor-http"],
                         choices=["triton", "ours", *FLOORS], help="floor-native, floor-threads, floor: the native "
-                        "edge, grpcio thread-pool and grpc.aio echo servers (gRPC only)")
+                        "edge, grpcio thread-pool and grpc.aio echo servers (gRPC); floor-http: our HTTP listener's "
+                        "echo (scripts.http_echo)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, the servers taking turns at each point; the "
                         "better counts")
     args = parser.parse_args()
