@@ -1,5 +1,6 @@
 """The HTTP stack's floor: our listener (granian, as ``runtime/http/server.py`` configures it) answering V2 infer
-requests with their own binary inputs, no model, no checks, on a bare ASGI app.
+requests with their own binary inputs, no model, no checks, on a bare ASGI app that reads bodies (into a tensor
+pool) and sends answers as the infer route does (``runtime/http/body.py``, ``runtime/http/sending.py``).
 
 The HTTP counterpart of ``scripts.benchmark``'s gRPC echo servers: ``scripts/bench_vs_triton.py`` measures it in the
 same run as Triton and us, so that an HTTP row's cost can be split into the listener's and ours.  Any GET answers
@@ -13,32 +14,35 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from functools import partial
 
 import orjson
 import uvloop
 
+from runtime.http.body import assemble_body, receive_asgi_body
+from runtime.http.sending import UnsentBytes, send_answer
 from runtime.http.server import HttpServer
+from runtime.tensor_pool import TensorPool
 
 _HEADER_LENGTH = b"inference-header-content-length"
+_UNSENT = UnsentBytes()
+_POOL = TensorPool()
 
 
 async def echo(scope, receive, send) -> None:
-    """Each binary input back as the output of the same number (INPUT0 -> OUTPUT0), in one message."""
+    """Each binary input back as the output of the same number (INPUT0 -> OUTPUT0), sent as ours sends answers
+    (``runtime/http/sending.py``: the tensors cut straight into the chunks of a large one)."""
     if scope["type"] != "http":
         return
     if scope["method"] != "POST":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
         await send({"type": "http.response.body", "body": b""})
         return
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)  # ours joins them too, into the tensor pool
-    size = int(dict(scope["headers"])[_HEADER_LENGTH])
-    request = json.loads(body[:size])
+    headers = dict(scope["headers"])
+    size = int(headers[_HEADER_LENGTH])
+    chunks = await receive_asgi_body(receive, headers[b"content-length"].decode(), timeout=None)  # as ours reads
+    body = assemble_body(chunks, "identity", into=partial(_POOL.buffer, aligned_at=size))  # into a tensor pool
+    request = json.loads(bytes(body[:size]))
     outputs, parts, offset = [], [], size
     for tensor in request["inputs"]:
         length = tensor["parameters"]["binary_data_size"]
@@ -47,11 +51,8 @@ async def echo(scope, receive, send) -> None:
         parts.append(memoryview(body)[offset:offset + length])
         offset += length
     header = orjson.dumps({"model_name": scope["path"].split("/")[3], "model_version": "1", "outputs": outputs})
-    answer = b"".join([header, *parts])
-    await send({"type": "http.response.start", "status": 200, "headers": [
-        (b"content-type", b"application/octet-stream"), (_HEADER_LENGTH, str(len(header)).encode()),
-        (b"content-length", str(len(answer)).encode())]})
-    await send({"type": "http.response.body", "body": answer})
+    answer_headers = [(b"content-type", b"application/octet-stream"), (_HEADER_LENGTH, str(len(header)).encode())]
+    await send_answer(send, 200, answer_headers, [header, *parts], _UNSENT)  # as ours answers: a large one in chunks
 
 
 async def serve(port: int) -> None:
