@@ -226,7 +226,7 @@ def start_ours(repository: Path, workdir: Path, root: Path = ROOT, env: dict[str
 
 
 FLOORS = {"floor": "grpc.aio echo", "floor-threads": "grpcio thread-pool echo", "floor-native": "native edge echo",
-          "floor-http": "granian ASGI echo"}
+          "floor-http": "granian echo reading and answering as ours does"}
 FLOOR_STACKS = {"floor": "aio", "floor-threads": "threads", "floor-native": "native"}
 
 

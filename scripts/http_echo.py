@@ -18,6 +18,7 @@ from functools import partial
 
 import orjson
 import uvloop
+from starlette.types import Receive, Scope, Send
 
 from runtime.http.body import assemble_body, receive_asgi_body
 from runtime.http.sending import UnsentBytes, send_answer
@@ -29,7 +30,7 @@ _UNSENT = UnsentBytes()
 _POOL = TensorPool()
 
 
-async def echo(scope, receive, send) -> None:
+async def echo(scope: Scope, receive: Receive, send: Send) -> None:
     """Each binary input back as the output of the same number (INPUT0 -> OUTPUT0), sent as ours sends answers
     (``runtime/http/sending.py``: the tensors cut straight into the chunks of a large one)."""
     if scope["type"] != "http":
