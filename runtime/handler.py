@@ -189,6 +189,17 @@ class ModelHandler(abc.ABC):
         process); None: the scheduler runs :meth:`execute` in a worker thread instead."""
         return None
 
+    @property
+    def starts_separate_executions(self) -> bool:
+        """Whether :meth:`start_separate_executions` can begin several executions in one hand-off."""
+        return False
+
+    def start_separate_executions(self, requests: list[InferRequest]) -> StartedExecution | None:
+        """Begin an execution of each of ``requests`` alone, one after another, in one hand-off (a model without
+        dynamic batching, in another process: one wake-up each way for all of them, where each would pay its
+        own); None: the scheduler runs them one by one instead."""
+        return None
+
     def cancel(self, request: InferRequest) -> None:
         """The client of a request this instance is executing went away (a model may notice)."""
 

@@ -1,4 +1,5 @@
-"""The scheduler's batching decisions, checked directly (no server): window, targets, compatibility."""
+"""The scheduler, checked directly (no server): its queue's bounds and timeouts, where batches run, executions
+handed over together and counted each."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from handlers.base import HandlerContext, ModelHandler, TensorHandler
 from runtime.errors import Unavailable
 from runtime.models.config import parse_model_config
 from runtime.scheduling import run_placement
+from runtime.scheduling.batch_forming import SEPARATE_EXECUTIONS, SEPARATE_SECONDS, QueuedRequest
 from runtime.scheduling.run_placement import INLINE_INPUT_BYTES, INLINE_SECONDS
-from runtime.scheduling.scheduler import QueuedRequest, Scheduler, batch_signature
+from runtime.scheduling.scheduler import Scheduler
 from runtime.scheduling.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor
 
@@ -39,77 +41,10 @@ def _request(rows: int, width: int = 3) -> InferRequest:
     return InferRequest(model_name="m", inputs=[InferTensor("IN", "FP32", data.shape, data)])
 
 
-def _steady_load(scheduler: Scheduler, gap: float, exec_seconds: float) -> None:
-    scheduler.mean_gap = gap
-    scheduler.last_arrival = time.monotonic()
-    scheduler.exec_seconds = exec_seconds
-
-
-def test_no_wait_before_anything_is_measured_or_without_a_delay():
-    async def main():
-        assert _scheduler().wait_window(1) == 0.0  # no execution measured yet
-        zero = _scheduler("max_queue_delay_microseconds: 0")
-        _steady_load(zero, gap=0.0001, exec_seconds=0.01)
-        assert zero.wait_window(1) == 0.0
-    asyncio.run(main())
-
-
-def test_waits_only_when_the_queue_fills_sooner_than_an_execution_takes():
-    async def main():
-        scheduler = _scheduler()
-        _steady_load(scheduler, gap=0.0002, exec_seconds=0.005)  # 15 more requests in 3 ms < 5 ms
-        assert scheduler.wait_window(1) == pytest.approx(15 * 0.0002)
-        _steady_load(scheduler, gap=0.001, exec_seconds=0.005)  # 15 ms to fill > 5 ms: run now
-        assert scheduler.wait_window(1) == 0.0
-        assert scheduler.wait_window(16) == 0.0  # already full
-    asyncio.run(main())
-
-
-def test_the_window_never_exceeds_max_queue_delay():
-    async def main():
-        scheduler = _scheduler("max_queue_delay_microseconds: 1000")
-        _steady_load(scheduler, gap=0.0005, exec_seconds=1.0)
-        assert scheduler.wait_window(1) == pytest.approx(0.001)
-    asyncio.run(main())
-
-
-def test_no_wait_when_arrivals_stopped():
-    async def main():
-        scheduler = _scheduler()
-        _steady_load(scheduler, gap=0.0001, exec_seconds=0.01)
-        scheduler.last_arrival = time.monotonic() - 1.0  # nothing for a second
-        assert scheduler.wait_window(1) == 0.0
-    asyncio.run(main())
-
-
 def test_preferred_batch_size_is_the_target():
     async def main():
         scheduler = _scheduler("preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100")
-        assert scheduler.target_batch == 8
-        loop = asyncio.get_running_loop()
-        items = [QueuedRequest(_request(3), 3, batch_signature(_request(3), True), loop.create_future())
-                 for _ in range(5)]
-        scheduler.queue.extend(items[1:])
-        batch = [items[0]]
-        total = scheduler.take_compatible(batch, 3)
-        assert total == 9 and len(batch) == 3  # 3+3+3 passes 8 once, and stops there
-        assert len(scheduler.queue) == 2
-    asyncio.run(main())
-
-
-def test_ragged_requests_are_not_concatenated_together():
-    async def main():
-        scheduler = _scheduler()
-        scheduler.concatenate = True  # as for a tensor model
-        loop = asyncio.get_running_loop()
-        first = QueuedRequest(_request(1, 3), 1, batch_signature(_request(1, 3), True), loop.create_future())
-        other = QueuedRequest(_request(1, 5), 1, batch_signature(_request(1, 5), True), loop.create_future())
-        same = QueuedRequest(_request(2, 3), 2, batch_signature(_request(2, 3), True), loop.create_future())
-        scheduler.queue.extend([other, same])
-        batch = [first]
-        assert scheduler.take_compatible(batch, 1) == 3
-        assert batch == [first, same]
-        assert list(scheduler.queue) == [other]
+        assert scheduler.forming.target_batch == 8
     asyncio.run(main())
 
 
@@ -236,3 +171,86 @@ def test_a_model_that_turns_slow_goes_back_to_worker_threads(noise_clear_limit):
         return [thread == loop_thread for thread in handler.threads]
 
     assert asyncio.run(main()) == [False, True, True, True, False, False]
+
+
+class _SeparateRecorder(ModelHandler):
+    """A model in another process, as the scheduler sees it: notes how many requests each hand-off carried (begun
+    together, or one per ``execute`` where ``begins`` is off)."""
+
+    def __init__(self, spec, begins: bool = True, seconds: float = 0.0) -> None:
+        super().__init__(HandlerContext(spec=spec, version=1, repository_dir=Path(".")))
+        self.begins, self.seconds, self.handed = begins, seconds, []
+
+    def load(self) -> None:
+        pass
+
+    @property
+    def starts_separate_executions(self) -> bool:
+        return True
+
+    def start_separate_executions(self, requests):
+        if not self.begins:
+            return None
+        self.handed.append(len(requests))
+        seconds = self.seconds * len(requests)
+
+        class Started:
+            async def results(self):
+                await asyncio.sleep(seconds)
+                return [{"OUT": request.inputs[0].data * 2} for request in requests]
+
+        self.timing.infer_ns = 1000 * len(requests)
+        return Started()
+
+    def start_execute(self, requests):
+        return None
+
+    def execute(self, requests):
+        self.handed.append(len(requests))
+        time.sleep(self.seconds * len(requests))
+        return [{"OUT": request.inputs[0].data * 2} for request in requests]
+
+
+def _unbatched_case(count: int, exec_seconds: float, begins: bool = True, instances: int = 1,
+                    seconds: float = 0.0) -> tuple[list[int], ModelStatistics, list[bool]]:
+    """``count`` requests queued at once to a model without dynamic batching: the hand-offs' sizes, the statistics,
+    and whether each request got its own answer."""
+    spec = parse_model_config(CONFIG.replace("dynamic_batching { %s }", ""), "m")
+
+    async def main():
+        handlers = [_SeparateRecorder(spec, begins, seconds) for _ in range(instances)]
+        stats = ModelStatistics()
+        scheduler = Scheduler(spec, handlers, ThreadPoolExecutor(1), stats)
+        scheduler.forming.exec_seconds = exec_seconds
+        try:
+            requests = [_request(1, width=index + 1) for index in range(count)]
+            answers = await asyncio.gather(*(scheduler.submit(request, 1) for request in requests))
+        finally:
+            await scheduler.close()
+        right = [np.array_equal(result["OUT"], request.inputs[0].data * 2)
+                 for (result, _), request in zip(answers, requests, strict=True)]
+        return [size for handler in handlers for size in handler.handed], stats, right
+
+    return asyncio.run(main())
+
+
+def test_queued_requests_without_dynamic_batching_are_handed_over_together_each_its_own_execution():
+    handed, stats, right = _unbatched_case(20, exec_seconds=0.0005)
+    assert all(right)
+    assert handed == [SEPARATE_EXECUTIONS, SEPARATE_EXECUTIONS, 20 - 2 * SEPARATE_EXECUTIONS]
+    assert stats.execution_count == 20  # each request its own execution, as Triton counts them
+    assert sorted(stats.batches) == [1]
+
+
+def test_requests_go_one_by_one_when_executions_are_slow_or_instances_several():
+    slow = SEPARATE_SECONDS / SEPARATE_EXECUTIONS * 2
+    for exec_seconds, instances in ((slow, 1), (0.0005, 2)):
+        handed, stats, right = _unbatched_case(12, exec_seconds, instances=instances, seconds=exec_seconds)
+        assert all(right) and handed == [1] * 12 and stats.execution_count == 12
+
+
+def test_an_instance_that_cannot_begin_them_together_executes_them_one_by_one():
+    handed, stats, right = _unbatched_case(12, exec_seconds=0.0005, begins=False)
+    assert all(right)
+    assert handed == [1] * 12  # each its own execute, in a thread
+    assert stats.execution_count == 12

@@ -136,6 +136,19 @@ class PythonBackendHandler(ModelHandler):
             return None
         return self._batch(worker, requests, asyncio.get_running_loop())
 
+    @property
+    def starts_separate_executions(self) -> bool:
+        return self._runner is None and not self.spec.decoupled
+
+    def start_separate_executions(self, requests: list[InferRequest]) -> StartedExecution | None:
+        """The requests sent to the worker in one message that it executes one by one (``worker.py``)."""
+        if not self.starts_separate_executions or input_bytes(requests, self._pool) > ON_LOOP_INPUT_BYTES:
+            return None
+        worker = self.supervisor.hold_if_live()
+        if worker is None:
+            return None
+        return self._batch(worker, requests, asyncio.get_running_loop(), separately=True)
+
     def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
         if self._runner is not None:
             with self._in_process_lock:
@@ -147,10 +160,10 @@ class PythonBackendHandler(ModelHandler):
         return self._batch(worker, requests).wait()
 
     def _batch(self, worker: WorkerLink, requests: list[InferRequest],
-               loop: asyncio.AbstractEventLoop | None = None) -> WorkerBatch:
+               loop: asyncio.AbstractEventLoop | None = None, separately: bool = False) -> WorkerBatch:
         try:
             return WorkerBatch(self.supervisor, worker, self.in_flight, requests, self.timing, self.execute_timeout,
-                               loop)
+                               loop, separately)
         except BaseException:
             self.supervisor.release()
             raise

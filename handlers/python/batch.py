@@ -74,11 +74,12 @@ class WorkerBatch:
 
     Begun with ``loop`` (the running loop, where :meth:`results` will await it), its answer resolves a loop future:
     directly where the link reads on that loop, the common case, else through ``call_soon_threadsafe``.  Without,
-    :meth:`wait` waits for it in this thread."""
+    :meth:`wait` waits for it in this thread.  ``separately``: the worker executes each request alone, one after
+    another, and answers them together (a model without dynamic batching)."""
 
     def __init__(self, supervisor: WorkerSupervisor, worker: WorkerLink, in_flight: RequestsInFlight,
                  requests: list[InferRequest], timing: ExecutionTiming, execute_timeout: float,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None, separately: bool = False) -> None:
         self.supervisor, self.worker, self.in_flight, self.requests = supervisor, worker, in_flight, requests
         self.timing, self.execute_timeout = timing, execute_timeout
         self.started = time.perf_counter_ns()
@@ -108,7 +109,7 @@ class WorkerBatch:
         self.prepared = time.perf_counter_ns()
         timing.input_ns += self.prepared - self.started
         try:
-            worker.execute(messages, self._settled)
+            worker.execute(messages, self._settled, separately)
         except WorkerGone as exc:
             self.gone = str(exc) or "the worker went away"
 

@@ -181,16 +181,17 @@ class WorkerLink:
             finally:
                 self._send_lock.release()
 
-    def execute(self, requests: list[tuple], settled: BatchSettled) -> None:
-        """Send a batch; ``settled`` is told its answer once (the results, None for a decoupled execute that
-        returned) where the link reads, or why the worker went away.  WorkerGone if it cannot be sent."""
+    def execute(self, requests: list[tuple], settled: BatchSettled, separately: bool = False) -> None:
+        """Send a batch (``separately``: each request to be executed alone, the results sent together); ``settled``
+        is told its answer once (the results, None for a decoupled execute that returned) where the link reads, or
+        why the worker went away.  WorkerGone if it cannot be sent."""
         batch_id = next(self._batch_ids)
         with self._lock:
             if self.gone:
                 raise WorkerGone(self.gone)
             self._batches[batch_id] = settled
         try:
-            self.send(("execute", batch_id, requests))
+            self.send(("execute", batch_id, requests, separately))
         except OSError as exc:
             with self._lock:
                 self._batches.pop(batch_id, None)

@@ -302,17 +302,19 @@ def _exit_when_orphaned(server_pid: int) -> None:
             pass  # a pid reused by another user's process: the re-parenting check still holds
 
 
-def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list) -> None:
+def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list, separately: bool) -> None:
+    """Execute a batch (``separately``: each request alone, one after another, a model without dynamic batching
+    as Triton runs it) and send its results, together."""
     batch = [RequestData(key=key, inputs=[(ref[0], host.server_memory.array(ref)) for ref in refs],
                          request_id=request_id, outputs=outputs, parameters=parameters, correlation_id=correlation,
                          flags=flags, timeout=timeout)
              for key, refs, request_id, outputs, parameters, correlation, flags, timeout, *_ in requests]
     origin = BlsOrigin(max((tuple(request[8]) for request in requests), key=len, default=()),
                        requests[0][9] if requests else 0)
-    try:
-        results = runner.execute(batch, origin)
-    except BaseException as exc:  # noqa: BLE001 - never lose the batch, whatever happened
-        results = [error_result(f"execute failed: {type(exc).__name__}: {exc}")] * len(batch)
+    if separately:  # never decoupled (the server sends such a model's requests one by one)
+        results = [result for data in batch for result in _run(runner, [data], origin) or ()]
+    else:
+        results = _run(runner, batch, origin)
     if results is None:
         host.send_message(("executed", batch_id), then_take_arrived=False)
         return
@@ -323,6 +325,13 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
     except (MemoryError, ValueError, TypeError) as exc:
         encoded = [error_result(f"cannot return the outputs: {type(exc).__name__}: {exc}")] * len(batch)
     host.send_message(("results", batch_id, encoded), then_take_arrived=False)  # next_work reads next
+
+
+def _run(runner: ModelRunner, batch: list[RequestData], origin: BlsOrigin) -> list | None:
+    try:
+        return runner.execute(batch, origin)
+    except BaseException as exc:  # noqa: BLE001 - never lose the batch, whatever happened
+        return [error_result(f"execute failed: {type(exc).__name__}: {exc}")] * len(batch)
 
 
 def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> None:
@@ -343,7 +352,7 @@ def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> No
     while True:
         message = host.next_work()
         if message[0] == "execute":
-            _execute(runner, host, message[1], message[2])
+            _execute(runner, host, message[1], message[2], message[3])
         elif message[0] == "finalize":
             runner.finalize()
             try:

@@ -1,12 +1,9 @@
-"""Per-model-version scheduling: a bounded queue, one consumer per instance, adaptive dynamic batching.
+"""Per-model-version scheduling: a bounded queue, one consumer per instance, each taking what ``batch_forming.py``
+decides (a request alone, a dynamic batch, or queued requests to execute each alone) and running it.
 
-Without ``dynamic_batching`` each request runs alone on the next free instance.  With it,
-a free instance takes the oldest request and every compatible queued one (same non-batch
-shapes) up to ``max_batch_size``; it waits for more only when the measured arrival rate can
-fill the batch sooner than one execution takes, and never past ``max_queue_delay_microseconds``.
-Tensor models get one concatenated batch; Python-backend models get the list of requests.
-
-A batch runs in a worker thread, except where handing it over costs more than running it (``run_placement.py``).
+Tensor models get one concatenated batch; Python-backend models get the list of requests.  A batch runs in a worker
+thread, except where handing it over costs more than running it (``run_placement.py``) or the instance begins it on
+the event loop itself (a model in another process).
 """
 
 from __future__ import annotations
@@ -15,12 +12,12 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, Unavailable
 from runtime.handler import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
 from runtime.models.config import ModelSpec, QueuePolicy
+from runtime.scheduling.batch_forming import BatchForming, QueuedRequest, batch_signature
 from runtime.scheduling.batch_run import run_concatenated, trace_compute
 from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.scheduling.rate_limiter import RateLimiter
@@ -33,30 +30,10 @@ from runtime.types import InferRequest
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE_SIZE = 1024
-_EWMA = 0.2
 # While every instance is down (Python workers restarting), queued requests wait this long for one
 # to come back before they fail with the instances' reasons.
 ALL_DOWN_GRACE_SECONDS = 5.0
 _DOWN_POLL_SECONDS = 0.05
-
-
-@dataclass(eq=False)  # identity: queue removal must never compare request tensors
-class QueuedRequest:
-    """A request waiting in a model version's queue, with what batching needs to know of it."""
-
-    request: InferRequest
-    batch_size: int
-    signature: tuple
-    future: asyncio.Future
-    level: int = 0  # its priority level's queue
-    enqueued_ns: int = field(default_factory=time.perf_counter_ns)
-    dispatched_ns: int = 0
-    instance: ModelHandler | None = None  # the instance executing it, while it executes
-
-
-def batch_signature(request: InferRequest, batched: bool) -> tuple:
-    """Requests with equal signatures can be concatenated along the batch dim."""
-    return tuple(sorted((t.name, t.datatype, tuple(t.shape[1:] if batched else t.shape)) for t in request.inputs))
 
 
 class Scheduler:
@@ -81,28 +58,19 @@ class Scheduler:
         batching = spec.dynamic_batching
         self.batching = (batching is not None or batch_always) and spec.max_batch_size > 0
         self.concatenate = self.batching and all(isinstance(i, TensorHandler) for i in instances)
-        self.max_batch = spec.max_batch_size if self.batching else 0
+        max_batch = spec.max_batch_size if self.batching else 0
         if preferred_sizes is None:
             preferred_sizes = tuple(batching.preferred_batch_sizes) if batching else ()
-        preferred = [p for p in preferred_sizes if 0 < p <= self.max_batch]
-        self.target_batch = max(preferred) if preferred else self.max_batch
+        preferred = [p for p in preferred_sizes if 0 < p <= max_batch]
         if max_delay is None:
             max_delay = (batching.max_queue_delay_microseconds / 1e6) if batching else 0.0
-        self.max_delay = max_delay
         # each priority level's queue policy and bound (a policy without max_queue_size: the server's default)
         policies = [batching.queue_policy_of(level) if batching else QueuePolicy()
                     for level in range(1, max(batching.priority_levels if batching else 0, 1) + 1)]
         self._policies = [(policy, policy.max_queue_size if policy.max_queue_size > 0 else default_max_queue_size)
                           for policy in policies]
-        # The requests waiting (by priority level), and the estimates the batch window is decided from: public, so
-        # that a test can set up a queue and a load and check the decisions (take_compatible, wait_window).
         self.queue: PriorityQueues[QueuedRequest] = PriorityQueues(batching.priority_levels if batching else 0,
                                                             batching.default_priority_level if batching else 0)
-        self._arrival = asyncio.Event()
-        self.mean_gap = float("inf")  # EWMA of seconds between arrivals
-        self.mean_request_batch = 1.0
-        self.last_arrival = 0.0
-        self.exec_seconds: float | None = None  # EWMA of one execution
         self.placement = RunPlacement()  # tensor models: each batch on the loop or in a worker thread
         self._instances = instances
         self._running: dict[ModelHandler, float] = {}  # instance -> when its current execution began (monotonic)
@@ -114,6 +82,12 @@ class Scheduler:
         # each instance's rate-limiter resources and priority (instances are created in the config's order)
         self._needs = dict(zip(instances, needs, strict=True)) if rate_limiter and len(needs) == len(instances) \
             else {}
+        # queued requests handed over together: to one instance (with more, it could leave another idle) that
+        # acquires no resources per execution
+        lone = instances[0] if len(instances) == 1 and not self._needs and not self.batching else None
+        self.forming = BatchForming(self.queue, self.batching, self.concatenate, max_batch,
+                                    max(preferred) if preferred else max_batch, max_delay,
+                                    None if lone is None else lambda: lone.starts_separate_executions)
         self._consumers = [asyncio.create_task(self._consume(i)) for i in instances]
 
     @property
@@ -143,11 +117,11 @@ class Scheduler:
             self._waits.wait(caller, self)  # refused here if the caller could only wait forever
         item = QueuedRequest(request, batch_size, batch_signature(request, self.batching) if self.concatenate else (),
                              asyncio.get_running_loop().create_future(), level)
-        self._note_arrival(batch_size)
+        self.forming.note_arrival(batch_size)
         if request.trace is not None:
             request.trace.event("QUEUE_START", item.enqueued_ns)
         self.queue.append(item)
-        self._arrival.set()
+        self.forming.arrival.set()
         try:
             if timeout:
                 try:
@@ -183,75 +157,6 @@ class Scheduler:
             if not item.future.done():
                 item.future.set_exception(Unavailable(f"model '{self.spec.name}' is unloading"))
 
-    # -- batching --------------------------------------------------------------
-    def _note_arrival(self, batch_size: int) -> None:
-        now = time.monotonic()
-        if self.last_arrival:
-            gap = now - self.last_arrival
-            self.mean_gap = gap if self.mean_gap == float("inf") else (1 - _EWMA) * self.mean_gap + _EWMA * gap
-        self.last_arrival = now
-        self.mean_request_batch = (1 - _EWMA) * self.mean_request_batch + _EWMA * batch_size
-
-    def wait_window(self, batched: int) -> float:
-        """How long to hold a batch of ``batched`` for more requests (0: run now)."""
-        if self.max_delay <= 0 or batched >= self.target_batch or self.exec_seconds is None:
-            return 0.0
-        if self.mean_gap == float("inf") or time.monotonic() - self.last_arrival > self.max_delay:
-            return 0.0  # nothing arriving: waiting only adds latency
-        missing_requests = (self.target_batch - batched) / max(self.mean_request_batch, 1.0)
-        fill_seconds = missing_requests * self.mean_gap
-        if fill_seconds > self.exec_seconds:
-            return 0.0  # the queue cannot fill it before an execution would finish: run now
-        return min(self.max_delay, fill_seconds)
-
-    def _pop_next(self) -> QueuedRequest | None:
-        while (item := self.queue.pop()) is not None:
-            if not item.future.done():
-                return item
-        return None
-
-    def take_compatible(self, batch: list[QueuedRequest], total: int) -> int:
-        """Add to ``batch`` the queued requests that fit it, highest priority and oldest first."""
-        if not self.queue:
-            return total
-        signature = batch[0].signature
-        taken = total
-
-        def wanted(item: QueuedRequest) -> bool | None:
-            nonlocal taken
-            if item.future.done():
-                return None
-            fits = taken + item.batch_size <= self.max_batch and taken < self.target_batch
-            if fits and (not self.concatenate or item.signature == signature):
-                batch.append(item)
-                taken += item.batch_size
-                return True
-            return False
-
-        self.queue.sift(wanted, lambda: taken >= self.target_batch)
-        return taken
-
-    async def _next_batch(self) -> list[QueuedRequest]:
-        while (first := self._pop_next()) is None:
-            self._arrival.clear()
-            await self._arrival.wait()
-        batch = [first]
-        if not self.batching:
-            return batch
-        total = self.take_compatible(batch, first.batch_size)
-        deadline = time.monotonic() + self.wait_window(total)
-        while total < self.target_batch and (remaining := deadline - time.monotonic()) > 0:
-            self._arrival.clear()
-            # A timer that sets the event, rather than wait_for (a task and a timer per wait): waiting to fill
-            # a batch happens at every batch under load.
-            timer = asyncio.get_running_loop().call_later(remaining, self._arrival.set)
-            try:
-                await self._arrival.wait()
-            finally:
-                timer.cancel()
-            total = self.take_compatible(batch, total)
-        return batch
-
     async def _wait_for_instance(self, instance: ModelHandler) -> None:
         """Sleep while ``instance`` is down; fail the queue if every instance stays down past the grace."""
         while not instance.available:
@@ -278,13 +183,13 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         if not instance.available:
             await self._wait_for_instance(instance)
-        batch = await self._next_batch()
+        batch = await self.forming.next_batch()
         batch = [item for item in batch if not item.future.done()]
         if not batch:
             return
         if not instance.available:  # went down while this consumer waited: another instance may serve
             self.queue.put_back(batch)
-            self._arrival.set()
+            self.forming.arrival.set()
             return
         needs, priority = self._needs.get(instance, ((), 0))
         if needs:
@@ -330,11 +235,16 @@ class Scheduler:
         timing = instance.timing
         if not (timing.input_ns or timing.infer_ns or timing.output_ns):
             timing = ExecutionTiming(infer_ns=elapsed)
-        self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
+        executions = len(batch) if not self.batching else 1  # several requests unbatched: each its own execution
+        if executions == 1:
+            self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
+        else:
+            for item in batch:  # each its share of the measured phases
+                self.stats.record_execution(item.batch_size, timing.input_ns // executions,
+                                            timing.infer_ns // executions, timing.output_ns // executions, 1)
         trace_compute(batch, started, elapsed, timing)
-        seconds = elapsed / 1e9
-        self.exec_seconds = seconds if self.exec_seconds is None else (
-            (1 - _EWMA) * self.exec_seconds + _EWMA * seconds)
+        seconds = elapsed / 1e9 / executions
+        self.forming.note_execution(seconds)
         rescheduled = False
         for item, result in zip(batch, results, strict=True):
             item.instance = None
@@ -346,7 +256,7 @@ class Scheduler:
             else:
                 item.future.set_result(result)
         if rescheduled:
-            self._arrival.set()
+            self.forming.arrival.set()
 
     async def _run(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler,
                    batch: list[QueuedRequest]) -> list[RequestResult]:
@@ -354,7 +264,9 @@ class Scheduler:
         in a worker thread."""
         if not self.concatenate:
             instance.timing = ExecutionTiming()
-            started = instance.start_execute([item.request for item in batch])
+            requests = [item.request for item in batch]
+            separate = len(batch) > 1 and not self.batching
+            started = instance.start_separate_executions(requests) if separate else instance.start_execute(requests)
             if started is not None:
                 return self._checked(await started.results(), len(batch))
         placement = self._place(instance, batch)
@@ -398,7 +310,9 @@ class Scheduler:
         requests = [item.request for item in batch]
         instance.timing = ExecutionTiming()
         started = time.perf_counter()
-        if not self.concatenate or len(batch) == 1:
+        if len(batch) > 1 and not self.batching:  # requests handed over together, each executed alone
+            results = [result for request in requests for result in self._checked(instance.execute([request]), 1)]
+        elif not self.concatenate or len(batch) == 1:
             results = instance.execute(requests)
         else:
             results = run_concatenated(instance, batch)

@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from handlers.python.batch import ON_LOOP_INPUT_BYTES
 from tests.support import ServerProcess, python_model_source, write_model
@@ -39,5 +40,45 @@ def test_small_and_large_inputs_interleaved_answer_exactly(tmp_path):
             assert all(pool.map(call, range(60)))
         stats = grpcclient.InferenceServerClient(process.grpc_url).get_inference_statistics("double", as_json=True)
         assert int(stats["model_stats"][0]["inference_stats"]["success"]["count"]) == 60
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+ALONE = python_model_source("""
+if len(requests) != 1:  # without dynamic batching Triton gives execute one request
+    raise pb_utils.TritonModelException(f"{len(requests)} requests in one execute")
+data = pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()
+if data.min() < 0:
+    raise ValueError("a negative input")
+time.sleep(0.0005)
+return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data * 2)])]
+""")
+
+
+def test_requests_queued_for_a_model_without_dynamic_batching_execute_each_alone(tmp_path):
+    # queued requests reach the worker together (scheduler.py, SEPARATE_EXECUTIONS); each still gets an execute of
+    # its own, its own answer and its own error, and the statistics count each execution
+    config = CONFIG.replace("max_batch_size: 0", "max_batch_size: 8").replace("dims: [ -1 ]", "dims: [ 3 ]")
+    write_model(tmp_path / "models", "alone", config, {"1/model.py": ALONE})
+    process = ServerProcess(tmp_path / "models").start()
+    try:
+        def call(index: int) -> str:
+            client = grpcclient.InferenceServerClient(process.grpc_url)
+            data = np.full((1, 3), -1.0 if index % 7 == 3 else float(index), dtype=np.float32)
+            tensor = grpcclient.InferInput("IN", [1, 3], "FP32")
+            tensor.set_data_from_numpy(data)
+            try:
+                answer = client.infer("alone", [tensor]).as_numpy("OUT")
+            except InferenceServerException as exc:
+                return "refused" if "a negative input" in exc.message() else exc.message()
+            return "right" if np.array_equal(answer, data * 2) else "wrong"
+
+        with ThreadPoolExecutor(16) as pool:
+            outcomes = list(pool.map(call, range(400)))
+        assert outcomes == ["refused" if index % 7 == 3 else "right" for index in range(400)]
+        stats = grpcclient.InferenceServerClient(process.grpc_url).get_inference_statistics("alone", as_json=True)
+        model = stats["model_stats"][0]
+        assert int(model["execution_count"]) == 400
+        assert int(model["inference_stats"]["success"]["count"]) == 400 - len(range(3, 400, 7))
     finally:
         assert process.stop() == 0, process.log()

@@ -393,7 +393,8 @@ def test_the_sequence_batchers_own_queue_delay_and_preferred_sizes_drive_its_bat
         scheduler = Scheduler(oldest, [], executor, ModelStatistics(), batch_always=True,
                               max_delay=oldest.sequence.max_queue_delay_seconds,
                               preferred_sizes=oldest.sequence.preferred_batch_sizes)
-        assert (scheduler.max_batch, scheduler.target_batch, scheduler.max_delay) == (8, 4, 0.005)
+        forming = scheduler.forming
+        assert (forming.max_batch, forming.target_batch, forming.max_delay) == (8, 4, 0.005)
 
 
 @pytest.mark.parametrize("ident, datatype, expected", [
