@@ -83,8 +83,8 @@ class Scheduler:
         self._needs = dict(zip(instances, needs, strict=True)) if rate_limiter and len(needs) == len(instances) \
             else {}
         # queued requests handed over together: to one instance (with more, it could leave another idle) that
-        # acquires no resources per execution
-        lone = instances[0] if len(instances) == 1 and not self._needs and not self.batching else None
+        # acquires no resources per execution, and not a sequence's (the sequence batcher orders those)
+        lone = instances[0] if len(instances) == 1 and not (self._needs or self.batching or batch_always) else None
         self.forming = BatchForming(self.queue, self.batching, self.concatenate, max_batch,
                                     max(preferred) if preferred else max_batch, max_delay,
                                     None if lone is None else lambda: lone.starts_separate_executions)

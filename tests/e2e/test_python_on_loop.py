@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -9,6 +10,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from handlers.python.batch import ON_LOOP_INPUT_BYTES
+from runtime.scheduling.batch_forming import SEPARATE_EXECUTIONS
 from tests.support import ServerProcess, python_model_source, write_model
 
 DOUBLE = python_model_source("""
@@ -80,5 +82,37 @@ def test_requests_queued_for_a_model_without_dynamic_batching_execute_each_alone
         model = stats["model_stats"][0]
         assert int(model["execution_count"]) == 400
         assert int(model["inference_stats"]["success"]["count"]) == 400 - len(range(3, 400, 7))
+    finally:
+        assert process.stop() == 0, process.log()
+
+
+def test_a_worker_lost_with_requests_handed_over_together_fails_them_plainly_and_recovers(tmp_path):
+    # the requests handed over with the one that kills the worker fail with it, as a batch's do (the worker answers
+    # them together), naming what happened; the rest are served, and so is what comes after
+    body = textwrap.dedent(ALONE).replace('raise ValueError("a negative input")', "os._exit(3)")
+    config = CONFIG.replace("max_batch_size: 0", "max_batch_size: 8").replace("dims: [ -1 ]", "dims: [ 3 ]")
+    write_model(tmp_path / "models", "fragile", config, {"1/model.py": body})
+    process = ServerProcess(tmp_path / "models").start()
+    try:
+        def call(index: int) -> str:
+            client = grpcclient.InferenceServerClient(process.grpc_url)
+            data = np.full((1, 3), -1.0 if index == 150 else float(index), dtype=np.float32)
+            tensor = grpcclient.InferInput("IN", [1, 3], "FP32")
+            tensor.set_data_from_numpy(data)
+            try:
+                answer = client.infer("fragile", [tensor], client_timeout=60).as_numpy("OUT")
+            except InferenceServerException as exc:
+                return exc.message()
+            return "right" if np.array_equal(answer, data * 2) else "wrong"
+
+        with ThreadPoolExecutor(16) as pool:
+            outcomes = list(pool.map(call, range(300)))
+        # while the worker restarts the model is unready, and what arrives then is refused at once, as in Triton
+        refused = [outcome for outcome in outcomes if "has no available versions" in outcome]
+        failed = [outcome for outcome in outcomes if outcome != "right" and outcome not in refused]
+        assert "exited with code 3" in outcomes[150] and "restarted" in outcomes[150]
+        assert 1 <= len(failed) <= SEPARATE_EXECUTIONS  # those handed over with it, at most
+        assert all("exited with code 3" in outcome and "restarted" in outcome for outcome in failed), failed
+        assert call(7) == "right"
     finally:
         assert process.stop() == 0, process.log()
