@@ -129,12 +129,7 @@ class PythonBackendHandler(ModelHandler):
     # -- execution -------------------------------------------------------------------------------------------
     def start_execute(self, requests: list[InferRequest]) -> StartedExecution | None:
         """The batch sent to its worker from the event loop, or None where it waits in a thread (``batch.py``)."""
-        if self._runner is not None or self.spec.decoupled or input_bytes(requests, self._pool) > ON_LOOP_INPUT_BYTES:
-            return None
-        worker = self.supervisor.hold_if_live()
-        if worker is None:
-            return None
-        return self._batch(worker, requests, asyncio.get_running_loop())
+        return self._begin(requests, separately=False)
 
     @property
     def starts_separate_executions(self) -> bool:
@@ -142,12 +137,15 @@ class PythonBackendHandler(ModelHandler):
 
     def start_separate_executions(self, requests: list[InferRequest]) -> StartedExecution | None:
         """The requests sent to the worker in one message that it executes one by one (``worker.py``)."""
+        return self._begin(requests, separately=True)
+
+    def _begin(self, requests: list[InferRequest], separately: bool) -> StartedExecution | None:
         if not self.starts_separate_executions or input_bytes(requests, self._pool) > ON_LOOP_INPUT_BYTES:
             return None
         worker = self.supervisor.hold_if_live()
         if worker is None:
             return None
-        return self._batch(worker, requests, asyncio.get_running_loop(), separately=True)
+        return self._batch(worker, requests, asyncio.get_running_loop(), separately)
 
     def execute(self, requests: list[InferRequest]) -> list[RequestResult]:
         if self._runner is not None:
