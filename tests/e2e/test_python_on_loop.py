@@ -55,29 +55,32 @@ if data.min() < 0:
 time.sleep(0.0005)
 return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data * 2)])]
 """)
+ALONE_CONFIG = CONFIG.replace("max_batch_size: 0", "max_batch_size: 8").replace("dims: [ -1 ]", "dims: [ 3 ]")
+
+
+def _doubled(url: str, model: str, value: float) -> str:
+    """"right" where ``model`` answers ``value`` (three of it) doubled, else its error's message."""
+    data = np.full((1, 3), value, dtype=np.float32)
+    tensor = grpcclient.InferInput("IN", [1, 3], "FP32")
+    tensor.set_data_from_numpy(data)
+    try:
+        answer = grpcclient.InferenceServerClient(url).infer(model, [tensor], client_timeout=60).as_numpy("OUT")
+    except InferenceServerException as exc:
+        return exc.message()
+    return "right" if np.array_equal(answer, data * 2) else "wrong"
 
 
 def test_requests_queued_for_a_model_without_dynamic_batching_execute_each_alone(tmp_path):
-    # queued requests reach the worker together (scheduler.py, SEPARATE_EXECUTIONS); each still gets an execute of
+    # queued requests reach the worker together (batch_forming.py, SEPARATE_EXECUTIONS); each still gets an execute of
     # its own, its own answer and its own error, and the statistics count each execution
-    config = CONFIG.replace("max_batch_size: 0", "max_batch_size: 8").replace("dims: [ -1 ]", "dims: [ 3 ]")
-    write_model(tmp_path / "models", "alone", config, {"1/model.py": ALONE})
+    write_model(tmp_path / "models", "alone", ALONE_CONFIG, {"1/model.py": ALONE})
     process = ServerProcess(tmp_path / "models").start()
     try:
-        def call(index: int) -> str:
-            client = grpcclient.InferenceServerClient(process.grpc_url)
-            data = np.full((1, 3), -1.0 if index % 7 == 3 else float(index), dtype=np.float32)
-            tensor = grpcclient.InferInput("IN", [1, 3], "FP32")
-            tensor.set_data_from_numpy(data)
-            try:
-                answer = client.infer("alone", [tensor]).as_numpy("OUT")
-            except InferenceServerException as exc:
-                return "refused" if "a negative input" in exc.message() else exc.message()
-            return "right" if np.array_equal(answer, data * 2) else "wrong"
-
         with ThreadPoolExecutor(16) as pool:
-            outcomes = list(pool.map(call, range(400)))
-        assert outcomes == ["refused" if index % 7 == 3 else "right" for index in range(400)]
+            outcomes = list(pool.map(lambda i: _doubled(process.grpc_url, "alone", -1.0 if i % 7 == 3 else i),
+                                     range(400)))
+        assert all(("a negative input" in outcome) if index % 7 == 3 else outcome == "right"
+                   for index, outcome in enumerate(outcomes)), outcomes
         stats = grpcclient.InferenceServerClient(process.grpc_url).get_inference_statistics("alone", as_json=True)
         model = stats["model_stats"][0]
         assert int(model["execution_count"]) == 400
@@ -90,29 +93,18 @@ def test_a_worker_lost_with_requests_handed_over_together_fails_them_plainly_and
     # the requests handed over with the one that kills the worker fail with it, as a batch's do (the worker answers
     # them together), naming what happened; the rest are served, and so is what comes after
     body = textwrap.dedent(ALONE).replace('raise ValueError("a negative input")', "os._exit(3)")
-    config = CONFIG.replace("max_batch_size: 0", "max_batch_size: 8").replace("dims: [ -1 ]", "dims: [ 3 ]")
-    write_model(tmp_path / "models", "fragile", config, {"1/model.py": body})
+    write_model(tmp_path / "models", "fragile", ALONE_CONFIG, {"1/model.py": body})
     process = ServerProcess(tmp_path / "models").start()
     try:
-        def call(index: int) -> str:
-            client = grpcclient.InferenceServerClient(process.grpc_url)
-            data = np.full((1, 3), -1.0 if index == 150 else float(index), dtype=np.float32)
-            tensor = grpcclient.InferInput("IN", [1, 3], "FP32")
-            tensor.set_data_from_numpy(data)
-            try:
-                answer = client.infer("fragile", [tensor], client_timeout=60).as_numpy("OUT")
-            except InferenceServerException as exc:
-                return exc.message()
-            return "right" if np.array_equal(answer, data * 2) else "wrong"
-
         with ThreadPoolExecutor(16) as pool:
-            outcomes = list(pool.map(call, range(300)))
+            outcomes = list(pool.map(lambda i: _doubled(process.grpc_url, "fragile", -1.0 if i == 150 else i),
+                                     range(300)))
         # while the worker restarts the model is unready, and what arrives then is refused at once, as in Triton
         refused = [outcome for outcome in outcomes if "has no available versions" in outcome]
         failed = [outcome for outcome in outcomes if outcome != "right" and outcome not in refused]
         assert "exited with code 3" in outcomes[150] and "restarted" in outcomes[150]
         assert 1 <= len(failed) <= SEPARATE_EXECUTIONS  # those handed over with it, at most
         assert all("exited with code 3" in outcome and "restarted" in outcome for outcome in failed), failed
-        assert call(7) == "right"
+        assert _doubled(process.grpc_url, "fragile", 7.0) == "right"
     finally:
         assert process.stop() == 0, process.log()
