@@ -6,7 +6,7 @@ arrival rate can fill the batch sooner than one execution takes, and never past 
 
 Without ``dynamic_batching``, a lone instance that can (a Python model's worker) is handed the requests already
 queued, up to ``SEPARATE_EXECUTIONS``, in one go: it still executes each alone, as Triton does, but the per-batch
-path (the hand-off to its process and back, the collection: 200-300 µs of the event loop a request of resnet50's
+path (the hand-off to its process and back, the collection: about 200 µs of the event loop a request of resnet50's
 size) is paid once for them, while their executions together are expected to take at most ``SEPARATE_SECONDS``.
 """
 
