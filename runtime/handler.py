@@ -190,14 +190,16 @@ class ModelHandler(abc.ABC):
         return None
 
     @property
-    def starts_separate_executions(self) -> bool:
-        """Whether :meth:`start_separate_executions` can begin several executions in one hand-off."""
+    def takes_separate_executions(self) -> bool:
+        """Whether requests queued for this instance (of a model without dynamic batching) may be handed to it
+        together, each executed alone: begun in one hand-off by :meth:`start_separate_executions`, else run one by
+        one in one worker thread."""
         return False
 
     def start_separate_executions(self, requests: list[InferRequest]) -> StartedExecution | None:
-        """Begin an execution of each of ``requests`` alone, one after another, in one hand-off (a model without
-        dynamic batching, in another process: one wake-up each way for all of them, where each would pay its
-        own); None: the scheduler runs them one by one instead."""
+        """Begin an execution of each of ``requests`` alone, one after another, in one hand-off (a model in another
+        process: one wake-up each way for all of them, where each would pay its own); None: the scheduler runs them
+        one by one in a worker thread instead."""
         return None
 
     def cancel(self, request: InferRequest) -> None:
@@ -219,6 +221,10 @@ class TensorHandler(ModelHandler):
     """
 
     in_process_framework = True
+
+    @property
+    def takes_separate_executions(self) -> bool:
+        return True  # one thread hand-off for several runs
 
     @abc.abstractmethod
     def prepare(self, inputs: dict[str, np.ndarray]) -> Any:

@@ -185,7 +185,7 @@ class _SeparateRecorder(ModelHandler):
         pass
 
     @property
-    def starts_separate_executions(self) -> bool:
+    def takes_separate_executions(self) -> bool:
         return True
 
     def start_separate_executions(self, requests):
@@ -254,3 +254,41 @@ def test_an_instance_that_cannot_begin_them_together_executes_them_one_by_one():
     assert all(right)
     assert handed == [1] * 12  # each its own execute, in a thread
     assert stats.execution_count == 12
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    """Counts the hand-offs to its thread."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.handed = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.handed += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_an_unbatched_tensor_model_in_threads_takes_queued_requests_in_one_hand_off():
+    """Each request still runs alone, with its own answer; one thread hand-off serves several (a cheap model that
+    runs on the loop has no hand-off to share, and takes them one by one)."""
+    spec = parse_model_config(CONFIG.replace("python", "onnxruntime").replace("dynamic_batching { %s }", ""), "m")
+
+    async def main(seconds: float) -> tuple[int, list[bool], ModelStatistics]:
+        handler, executor, stats = _ThreadRecorder(spec, seconds), _CountingExecutor(), ModelStatistics()
+        scheduler = Scheduler(spec, [handler], executor, stats)
+        scheduler.forming.exec_seconds = seconds
+        scheduler.placement.run_seconds = seconds
+        try:
+            requests = [_request(1, width=index + 1) for index in range(20)]
+            answers = await asyncio.gather(*(scheduler.submit(request, 1) for request in requests))
+        finally:
+            await scheduler.close()
+        right = [np.array_equal(result["OUT"], request.inputs[0].data * 2)
+                 for (result, _), request in zip(answers, requests, strict=True)]
+        return executor.handed, right, stats
+
+    handed, right, stats = asyncio.run(main(0.0005))
+    assert all(right) and handed == 3  # 8 + 8 + 4
+    assert stats.execution_count == 20
+    handed, right, stats = asyncio.run(main(0.0))  # on the loop, one by one
+    assert all(right) and handed == 0 and stats.execution_count == 20

@@ -132,15 +132,15 @@ class PythonBackendHandler(ModelHandler):
         return self._begin(requests, separately=False)
 
     @property
-    def starts_separate_executions(self) -> bool:
-        return self._runner is None and not self.spec.decoupled
+    def takes_separate_executions(self) -> bool:
+        return not self.spec.decoupled  # in the server's process too: one thread hand-off for several executes
 
     def start_separate_executions(self, requests: list[InferRequest]) -> StartedExecution | None:
         """The requests sent to the worker in one message that it executes one by one (``worker.py``)."""
         return self._begin(requests, separately=True)
 
     def _begin(self, requests: list[InferRequest], separately: bool) -> StartedExecution | None:
-        if not self.starts_separate_executions or input_bytes(requests, self._pool) > ON_LOOP_INPUT_BYTES:
+        if self._runner is not None or self.spec.decoupled or input_bytes(requests, self._pool) > ON_LOOP_INPUT_BYTES:
             return None
         worker = self.supervisor.hold_if_live()
         if worker is None:

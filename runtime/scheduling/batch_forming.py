@@ -4,10 +4,11 @@ Without ``dynamic_batching`` each request runs alone.  With it, a free instance 
 compatible queued one (same non-batch shapes) up to ``max_batch_size``; it waits for more only when the measured
 arrival rate can fill the batch sooner than one execution takes, and never past ``max_queue_delay_microseconds``.
 
-Without ``dynamic_batching``, a lone instance that can (a Python model's worker) is handed the requests already
-queued, up to ``SEPARATE_EXECUTIONS``, in one go: it still executes each alone, as Triton does, but the per-batch
-path (the hand-off to its process and back, the collection: about 200 µs of the event loop a request of resnet50's
-size) is paid once for them, while their executions together are expected to take at most ``SEPARATE_SECONDS``.
+Without ``dynamic_batching``, a lone instance that can (a Python model's worker, a tensor model in worker threads)
+is handed the requests already queued, up to ``SEPARATE_EXECUTIONS``, in one go: it still executes each alone, as
+Triton does, but the per-batch path (the hand-off to its process or thread and back, the collection: about 200 µs of
+the event loop a request of resnet50's size) is paid once for them, while their executions together are expected to
+take at most ``SEPARATE_SECONDS``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from runtime.scheduling.batch_run import run_concatenated, trace_compute
 from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.request_parameters import queue_timeout, requested_priority
-from runtime.scheduling.run_placement import Placement, RunPlacement
+from runtime.scheduling.run_placement import INLINE_SECONDS, Placement, RunPlacement
 from runtime.scheduling.stats import ModelStatistics
 from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest
@@ -87,8 +87,17 @@ class Scheduler:
         lone = instances[0] if len(instances) == 1 and not (self._needs or self.batching or batch_always) else None
         self.forming = BatchForming(self.queue, self.batching, self.concatenate, max_batch,
                                     max(preferred) if preferred else max_batch, max_delay,
-                                    None if lone is None else lambda: lone.starts_separate_executions)
+                                    None if lone is None else lambda: self._takes_separate(lone))
         self._consumers = [asyncio.create_task(self._consume(i)) for i in instances]
+
+    def _takes_separate(self, instance: ModelHandler) -> bool:
+        """Whether queued requests go to ``instance`` together now: not where each runs on the loop (no hand-off
+        there to share)."""
+        if not instance.takes_separate_executions:
+            return False
+        estimate = self.placement.run_seconds
+        return not (isinstance(instance, TensorHandler) and instance.device == "cpu" and estimate is not None
+                    and estimate < INLINE_SECONDS)
 
     @property
     def pending(self) -> int:
@@ -293,8 +302,10 @@ class Scheduler:
                 item.future.set_result(error)
 
     def _place(self, instance: ModelHandler, batch: list[QueuedRequest]) -> Placement:
-        """Where this batch runs: a CPU tensor model's may run on the loop (``run_placement.py``)."""
-        if not isinstance(instance, TensorHandler) or instance.device != "cpu" or self.placement.run_seconds is None:
+        """Where this batch runs: a CPU tensor model's may run on the loop (``run_placement.py``); requests handed
+        over together never do (their runs together could hold it long)."""
+        if (not isinstance(instance, TensorHandler) or instance.device != "cpu" or self.placement.run_seconds is None
+                or (len(batch) > 1 and not self.batching)):
             return Placement.THREAD
         return self.placement.place(sum(getattr(t.data, "nbytes", 0) for item in batch for t in item.request.inputs))
 
@@ -306,15 +317,17 @@ class Scheduler:
 
     def _execute(self, instance: ModelHandler, batch: list[QueuedRequest],
                  placement: Placement = Placement.THREAD) -> list[RequestResult]:
-        """One execution for the whole batch (in a worker thread, or on the loop: see ``_place``)."""
+        """One execution for the whole batch, or one for each of its requests where they were handed over together
+        (in a worker thread, or on the loop: see ``_place``)."""
         requests = [item.request for item in batch]
         instance.timing = ExecutionTiming()
         started = time.perf_counter()
-        if len(batch) > 1 and not self.batching:  # requests handed over together, each executed alone
+        runs = len(batch) if not self.batching else 1
+        if runs > 1:
             results = [result for request in requests for result in self._checked(instance.execute([request]), 1)]
         elif not self.concatenate or len(batch) == 1:
             results = instance.execute(requests)
         else:
             results = run_concatenated(instance, batch)
-        self.placement.record(time.perf_counter() - started, placement)
+        self.placement.record((time.perf_counter() - started) / runs, placement)
         return self._checked(results, len(requests))

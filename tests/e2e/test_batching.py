@@ -16,7 +16,7 @@ import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from examples.build_models import build_add_sub_onnx
+from examples.build_models import build_add_sub_onnx, build_dense_onnx
 from tests.support import ServerProcess, python_model_source, write_model
 
 BATCHED_ONNX = """
@@ -26,6 +26,14 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "INPUT1" d
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -1 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 5000 }
 instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+# no dynamic batching: each request an execution of its own (queued ones may reach a worker thread together)
+UNBATCHED_DENSE = """
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 512 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 512 ] } ]
 """
 
 PY_BATCHED_CONFIG = """
@@ -107,6 +115,8 @@ def batch_server(tmp_path_factory, started_log):
     write_model(repository, "queue_timeout", QUEUED_CONFIG.replace("max_queue_size: 2", "max_queue_size: 8") % 300_000,
                 {"1/model.py": SLOW_ECHO})
     write_model(repository, "fragile", FRAGILE_CONFIG, {"1/model.py": FRAGILE})
+    build_dense_onnx(repository / "unbatched_dense" / "1" / "model.onnx", width=512, layers=4)
+    write_model(repository, "unbatched_dense", UNBATCHED_DENSE)
     for name, allow in (("override_timeout", "true"), ("fixed_timeout", "false")):
         config = QUEUED_CONFIG.replace("max_queue_size: 2", f"max_queue_size: 8 allow_timeout_override: {allow}")
         write_model(repository, name, config % 0, {"1/model.py": SLOW_ECHO})
@@ -334,3 +344,24 @@ def test_a_request_whose_client_went_away_is_never_run(batch_server, started_log
     time.sleep(1.0)  # long enough for the abandoned requests to have run, had they been kept
     assert started_log.read_text() == "x"
     assert _stats(batch_server, "abandoned")["execution_count"] == 1
+
+
+def test_an_unbatched_onnx_model_under_load_answers_each_request_from_its_own_run(batch_server):
+    """Queued requests of a model without dynamic batching may reach its worker thread together: each still runs
+    alone (its answer that of bare onnxruntime on its input) and counts as one execution."""
+    import onnxruntime
+
+    before = int(_stats(batch_server, "unbatched_dense")["execution_count"])
+    session = onnxruntime.InferenceSession(str(batch_server.repository / "unbatched_dense" / "1" / "model.onnx"))
+    client = grpcclient.InferenceServerClient(batch_server.grpc_url)
+
+    def call(index: int) -> bool:
+        data = np.random.default_rng(index).standard_normal((1, 512)).astype(np.float32)
+        tensor = grpcclient.InferInput("INPUT0", [1, 512], "FP32")
+        tensor.set_data_from_numpy(data)
+        answer = client.infer("unbatched_dense", [tensor]).as_numpy("OUTPUT0")
+        return np.allclose(answer, session.run(None, {"INPUT0": data})[0], rtol=1e-5, atol=1e-5)
+
+    outcomes = _run_concurrently(96, call)
+    assert all(outcome is True for outcome in outcomes), outcomes
+    assert int(_stats(batch_server, "unbatched_dense")["execution_count"]) - before == 96
