@@ -1,5 +1,5 @@
 """The worker connection's framing (handlers/python/transport.py): send_pickled and recv_pickled against
-multiprocessing's own Connection, both ways, over a real socket pair."""
+multiprocessing's own Connection, both ways, over a real socket pair; and outputs named by their request's input."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import multiprocessing
 import os
 import threading
 
+import numpy as np
 import pytest
 
-from handlers.python.transport import recv_pickled, send_pickled
+from handlers.python.transport import REQUEST_INPUT, input_ref, recv_pickled, request_input, send_pickled
+from runtime.types import InferTensor
 
 
 @pytest.fixture
@@ -59,3 +61,25 @@ def test_a_peer_gone_mid_message_is_end_of_file(pipe) -> None:
     left.close()
     with pytest.raises(EOFError):
         recv_pickled(right)
+
+
+def test_an_output_is_named_by_its_input_only_when_it_is_that_input_whole_and_in_place() -> None:
+    source = np.arange(40_000, dtype=np.float32)
+    inputs = [(1, source)]
+    assert input_ref("OUT", source, inputs) == ("OUT", "FP32", (40_000,), REQUEST_INPUT, 1, source.nbytes, None)
+    assert input_ref("OUT", source.view(np.int32), inputs) is None  # same bytes, another type
+    assert input_ref("OUT", source[1:], inputs) is None
+    assert input_ref("OUT", source[::2], inputs) is None
+    assert input_ref("OUT", source.copy(), inputs) is None
+    assert input_ref("OUT", source, []) is None
+    assert input_ref("OUT", np.array(["a"], dtype=object), [(0, np.array(["a"], dtype=object))]) is None
+
+
+def test_the_server_answers_a_named_output_from_its_own_input_array() -> None:
+    own = np.arange(12, dtype=np.float32)
+    request_inputs = [InferTensor("A", "INT32", [1], np.zeros(1, np.int32)), InferTensor("B", "FP32", [12], own)]
+    answer = request_input(request_inputs, ("OUT", "FP32", (3, 4), REQUEST_INPUT, 1, own.nbytes, None))
+    assert answer.shape == (3, 4) and np.shares_memory(answer, own)
+    np.testing.assert_array_equal(answer.reshape(-1), own)
+    assert request_input(request_inputs, ("OUT", "FP32", (12,), REQUEST_INPUT, 2, own.nbytes, None)) is None
+    assert request_input(request_inputs, ("OUT", "FP32", (6,), REQUEST_INPUT, 1, own.nbytes // 2, None)) is None

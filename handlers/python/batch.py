@@ -183,7 +183,7 @@ class WorkerBatch:
     def _answered(self, answer: Any) -> list[RequestResult]:
         answered = time.perf_counter_ns()
         try:
-            results = self.in_flight.collect(self.worker, self.keys, self.refs, answer)
+            results = self.in_flight.collect(self.worker, self.keys, self.refs, answer, self.requests)
         finally:
             self.in_flight.untrack(self.requests)
             self.supervisor.release()
@@ -205,7 +205,7 @@ class WorkerBatch:
         """The answer of an abandoned batch: free what it holds, free the instance."""
         try:
             if gone is None:
-                self.in_flight.collect(self.worker, self.keys, self.refs, answer)
+                self.in_flight.collect(self.worker, self.keys, self.refs, answer, self.requests)
         finally:
             self.in_flight.untrack(self.requests)
             self.supervisor.release()

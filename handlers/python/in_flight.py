@@ -46,11 +46,12 @@ def stream_item(result: Result | None, flags: int) -> StreamItem:
     return StreamItem(outputs, final)
 
 
-def borrowed(encoded: Any, link: WorkerLink) -> Result | None:
-    """A worker's result with its tensors read in place from the worker's memory (returned once unused)."""
+def borrowed(encoded: Any, link: WorkerLink, request: InferRequest | None = None) -> Result | None:
+    """A worker's result with its tensors read in place from the worker's memory (returned once unused), or from
+    ``request``'s own inputs where the worker named one (``transport.input_ref``)."""
     if encoded is None or encoded[0] != "ok":
         return encoded
-    return ("ok", link.borrow(encoded[1]), encoded[2])
+    return ("ok", link.borrow(encoded[1], request.inputs if request is not None else ()), encoded[2])
 
 
 class RequestsInFlight:
@@ -86,14 +87,15 @@ class RequestsInFlight:
         """The key ``request`` executes under, None once it is not executing."""
         return self._executing.get(id(request))
 
-    def collect(self, worker: WorkerLink, keys: list, refs: list[list], answer: Any) -> list[RequestResult]:
+    def collect(self, worker: WorkerLink, keys: list, refs: list[list], answer: Any,
+                requests: list[InferRequest]) -> list[RequestResult]:
         """A worker's answer to a batch as the scheduler takes it; inputs freed unless a stream still needs them."""
         if answer is None:  # a decoupled execute returned: responses come through the streams
             return self.decoupled_results(keys)
         arena, streams = worker.arena, self._streams
         results = []
-        for key, request_refs, encoded in zip(keys, refs, answer, strict=True):
-            result = borrowed(encoded, worker)
+        for key, request_refs, encoded, request in zip(keys, refs, answer, requests, strict=True):
+            result = borrowed(encoded, worker, request)
             if key in streams:
                 results.append(self.result(key, result))
             else:

@@ -13,7 +13,7 @@ import itertools
 import os
 import select
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -23,21 +23,30 @@ from handlers.python.runner import RunnerSpec
 from handlers.python.template import worker_context
 from handlers.python.transport import (
     POOL_SEGMENTS,
+    REQUEST_INPUT,
     Arena,
     PeerMemory,
     TensorRef,
     announce_segments,
     pool_ref,
     recv_pickled,
+    request_input,
     send_pickled,
 )
 from handlers.python.worker import auto_complete_main, worker_main
-from runtime.errors import ModelLoadError
+from runtime.errors import InternalError, ModelLoadError
 from runtime.tensor_pool import TensorPool
 
 RETURN_BATCH = 64
 # Told a batch's answer, wherever the link reads it: (answer, None), or (None, why) when the worker went away.
 BatchSettled = Callable[[Any, "str | None"], None]
+
+
+def _own_input(request_inputs: Sequence[Any], ref: TensorRef) -> np.ndarray:
+    array = request_input(request_inputs, ref)
+    if array is None:  # the worker names only inputs read in place from the pool: never another
+        raise InternalError(f"the worker returned output '{ref[0]}' as an input it was not given in place")
+    return array
 
 
 class LinkEvents(Protocol):
@@ -159,12 +168,13 @@ class WorkerLink:
         if returned:
             send_pickled(self.connection, ("release", returned))
 
-    def borrow(self, refs: list[TensorRef]) -> list[tuple[str, Any]]:
+    def borrow(self, refs: list[TensorRef], request_inputs: Sequence[Any] = ()) -> list[tuple[str, Any]]:
         """The worker's tensors in place (no copy); each is returned to the worker once nothing uses it (told
         with the next message, or at once past RETURN_BATCH of them).  A small one came in the message: nothing
-        to return."""
+        to return.  One the worker named by its request's input is that input's own array (``request_inputs``)."""
         memory, give_back = self.memory, self._give_back
-        return [(ref[0], memory.borrow(ref, give_back)) for ref in refs]
+        return [(ref[0], memory.borrow(ref, give_back) if ref[3] != REQUEST_INPUT else _own_input(request_inputs, ref))
+                for ref in refs]
 
     def _give_back(self, ref: TensorRef) -> None:
         """Runs wherever the last use of a borrowed tensor ends, even inside a send of this thread (garbage

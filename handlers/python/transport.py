@@ -22,14 +22,14 @@ import os
 import pickle
 import struct
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle, send_handle
 from typing import Any
 
 import numpy as np
 
-from runtime.datatypes import WIRE_DTYPES, deserialize_bytes, serialize_bytes, wire_dtype
+from runtime.datatypes import WIRE_DTYPES, datatype_of, deserialize_bytes, serialize_bytes, wire_dtype
 from runtime.memfd_arena import MemfdArena, MemfdSegment
 from runtime.tensor_pool import TensorPool
 
@@ -38,6 +38,7 @@ DEFAULT_GROWTH_BYTES = 1 << 20
 INLINE_MAX_BYTES = 16 * 1024
 INLINE = -1  # the segment of a tensor carried in the message itself
 POOL_SEGMENTS = 1 << 20  # the tensor pool's segment k is segment POOL_SEGMENTS + k to a peer
+REQUEST_INPUT = -2  # the segment of an output that is its request's input number ``offset``, read in place there
 
 
 _FRAME = struct.Struct("!i")  # multiprocessing.Connection's framing: a length, then the bytes
@@ -153,6 +154,33 @@ def pool_ref(pool: TensorPool, name: str, array: np.ndarray, datatype: str) -> T
     if where is None:
         return None
     return (name, datatype, array.shape, POOL_SEGMENTS + where[0], where[1], array.nbytes, None)
+
+
+def input_ref(name: str, array: np.ndarray, inputs: list[tuple[int, np.ndarray]]) -> TensorRef | None:
+    """An output that is one of ``inputs`` ((index, array) of its request's inputs that lie in the server's tensor
+    pool), whole and in place: named by that input's index, for the server to answer from its own array of the
+    same memory (no copy into the arena, none back; Triton's stub passes such an output by its shared memory too).
+    None for any other output."""
+    if not inputs or array.dtype.hasobject or not array.flags.c_contiguous:
+        return None
+    address = array.__array_interface__["data"][0]
+    for index, source in inputs:
+        if (address == source.__array_interface__["data"][0] and array.nbytes == source.nbytes
+                and array.dtype == source.dtype):
+            return (name, datatype_of(array), array.shape, REQUEST_INPUT, index, array.nbytes, None)
+    return None
+
+
+def request_input(request_inputs: Sequence[Any], ref: TensorRef) -> np.ndarray | None:
+    """The server's own array for an output the worker named by its input (``input_ref``), viewed as the output's
+    shape; None where that input is not the same bytes (the worker never names another)."""
+    _, datatype, shape, _, index, nbytes, _ = ref
+    if not 0 <= index < len(request_inputs):
+        return None
+    data = request_inputs[index].data
+    if not isinstance(data, np.ndarray) or data.nbytes != nbytes or not data.flags.c_contiguous:
+        return None
+    return data.reshape(-1).view(np.uint8).view(wire_dtype(datatype)).reshape(shape)
 
 
 class PeerMemory:

@@ -25,6 +25,8 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
 
+import numpy as np
+
 import triton_python_backend_utils as pb_utils
 from handlers.python.runner import (
     BLS_ORIGIN,
@@ -36,7 +38,15 @@ from handlers.python.runner import (
     error_result,
     response_result,
 )
-from handlers.python.transport import Arena, PeerMemory, TensorRef, recv_pickled, send_pickled
+from handlers.python.transport import (
+    POOL_SEGMENTS,
+    Arena,
+    PeerMemory,
+    TensorRef,
+    input_ref,
+    recv_pickled,
+    send_pickled,
+)
 from runtime.allocator import tune_allocator
 from runtime.datatypes import datatype_of
 from runtime.errors import ModelLoadError, Status
@@ -45,12 +55,20 @@ from runtime.thread_policy import run_as_batch
 _PARENT_CHECK_SECONDS = 0.5
 
 
-def encode_result(result: Result | None, arena: Arena) -> Any:
-    """A result with its arrays written into ``arena`` (arrays become TensorRefs)."""
+def encode_result(result: Result | None, arena: Arena, in_pool: list[tuple[int, np.ndarray]] | None = None) -> Any:
+    """A result with its arrays written into ``arena`` (arrays become TensorRefs), but an output that is one of
+    ``in_pool`` (its request's inputs lying in the server's tensor pool), which is named by that input."""
     if result is None or result[0] != "ok":
         return result
     _, outputs, parameters = result
-    return ("ok", [arena.write(name, array, datatype_of(array)) for name, array in outputs], parameters)
+    return ("ok", [(in_pool and input_ref(name, array, in_pool)) or arena.write(name, array, datatype_of(array))
+                   for name, array in outputs], parameters)
+
+
+def _in_pool(refs: list[TensorRef], inputs: list[tuple[str, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
+    """(index, array) of the inputs that lie in the server's tensor pool (shared, read in place)."""
+    return [(index, array) for index, (ref, (_, array)) in enumerate(zip(refs, inputs, strict=True))
+            if ref[3] >= POOL_SEGMENTS]
 
 
 def decode_result(result: Any, memory: PeerMemory, copy: bool) -> tuple[Any, list[TensorRef]]:
@@ -321,7 +339,8 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
     for data in batch:
         host.cancelled.discard(data.key)
     try:
-        encoded = [encode_result(result, host.arena) for result in results]
+        encoded = [encode_result(result, host.arena, _in_pool(request[1], data.inputs))
+                   for request, data, result in zip(requests, batch, results, strict=True)]
     except (MemoryError, ValueError, TypeError) as exc:
         encoded = [error_result(f"cannot return the outputs: {type(exc).__name__}: {exc}")] * len(batch)
     host.send_message(("results", batch_id, encoded), then_take_arrived=False)  # next_work reads next

@@ -6,6 +6,7 @@ Small inputs are copied as before."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +90,61 @@ def test_a_small_input_is_copied_as_before(server: ServerProcess, protocol: str)
     out, in_pool, _ = _ask(server, protocol, data)
     np.testing.assert_array_equal(out, data)
     assert in_pool == 0
+
+
+RETURNED = """
+responses = []
+for request in requests:
+    data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+    mode = int(pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0])
+    if mode == 1:
+        data += 1  # in place: the server's array is the same memory
+    out = {0: data, 1: data, 2: data[::2], 3: data[1:]}[mode]
+    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out), pb_utils.Tensor("AGAIN", data)]))
+return responses
+"""
+RETURNED_CONFIG = """
+    backend: "python"
+    max_batch_size: 0
+    input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "AGAIN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def returning_server(tmp_path_factory: pytest.TempPathFactory):
+    repository: Path = tmp_path_factory.mktemp("returning")
+    write_model(repository, "returned", RETURNED_CONFIG, {"1/model.py": python_model_source(RETURNED)})
+    with ServerProcess(repository) as running:
+        running.wait_loaded()
+        yield running
+
+
+@pytest.mark.parametrize("protocol", [
+    pytest.param("grpc", marks=pytest.mark.skipif(not NATIVE_EDGE_BUILT, reason="the native gRPC edge is not built")),
+    "http",
+])
+def test_an_input_returned_as_an_output_comes_back_as_the_model_left_it(returning_server: ServerProcess,
+                                                                       protocol: str) -> None:
+    """A large input the model returns whole goes back from the server's own array of the same memory (no copy
+    into the worker's arena): as it is, changed in place, twice; a part of it is copied as any other output.  Many
+    at once, each different: the memory is not reused while an answer still needs it."""
+    module = grpcclient if protocol == "grpc" else httpclient
+    url = returning_server.grpc_url if protocol == "grpc" else returning_server.http_url
+
+    def ask(index: int) -> bool:
+        data = np.random.default_rng(index).random(150_528, dtype=np.float32)
+        mode = index % 4
+        tensors = [module.InferInput("IN", [150_528], "FP32"), module.InferInput("MODE", [1], "INT32")]
+        for tensor, value in zip(tensors, (data, np.array([mode], dtype=np.int32)), strict=True):
+            tensor.set_data_from_numpy(value) if protocol == "grpc" else tensor.set_data_from_numpy(value,
+                                                                                                  binary_data=True)
+        outputs = None if protocol == "grpc" else [httpclient.InferRequestedOutput(name, binary_data=True)
+                                                   for name in ("OUT", "AGAIN")]
+        result = module.InferenceServerClient(url).infer("returned", tensors, outputs=outputs)
+        left = data + 1 if mode == 1 else data
+        expected = {0: left, 1: left, 2: left[::2], 3: left[1:]}[mode]
+        return np.array_equal(result.as_numpy("OUT"), expected) and np.array_equal(result.as_numpy("AGAIN"), left)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(ask, range(96)))
