@@ -159,8 +159,7 @@ def pool_ref(pool: TensorPool, name: str, array: np.ndarray, datatype: str) -> T
 def input_ref(name: str, array: np.ndarray, inputs: list[tuple[int, np.ndarray]]) -> TensorRef | None:
     """An output that is one of ``inputs`` ((index, array) of its request's inputs that lie in the server's tensor
     pool), whole and in place: named by that input's index, for the server to answer from its own array of the
-    same memory (no copy into the arena, none back; Triton's stub passes such an output by its shared memory too).
-    None for any other output."""
+    same memory (no copy into the arena, none back). None for any other output."""
     if not inputs or array.dtype.hasobject or not array.flags.c_contiguous:
         return None
     address = array.__array_interface__["data"][0]
