@@ -244,7 +244,7 @@ class Scheduler:
         timing = instance.timing
         if not (timing.input_ns or timing.infer_ns or timing.output_ns):
             timing = ExecutionTiming(infer_ns=elapsed)
-        executions = len(batch) if not self.batching else 1  # several requests unbatched: each its own execution
+        executions = self._executions(batch)
         if executions == 1:
             self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
         else:
@@ -274,7 +274,7 @@ class Scheduler:
         if not self.concatenate:
             instance.timing = ExecutionTiming()
             requests = [item.request for item in batch]
-            separate = len(batch) > 1 and not self.batching
+            separate = self._executions(batch) > 1
             started = instance.start_separate_executions(requests) if separate else instance.start_execute(requests)
             if started is not None:
                 return self._checked(await started.results(), len(batch))
@@ -305,9 +305,14 @@ class Scheduler:
         """Where this batch runs: a CPU tensor model's may run on the loop (``run_placement.py``); requests handed
         over together never do (their runs together could hold it long)."""
         if (not isinstance(instance, TensorHandler) or instance.device != "cpu" or self.placement.run_seconds is None
-                or (len(batch) > 1 and not self.batching)):
+                or self._executions(batch) > 1):
             return Placement.THREAD
         return self.placement.place(sum(getattr(t.data, "nbytes", 0) for item in batch for t in item.request.inputs))
+
+    def _executions(self, batch: list[QueuedRequest]) -> int:
+        """The executions a taken batch is: one, or without batching one for each of its requests (queued requests
+        handed over together, ``batch_forming.py``)."""
+        return 1 if self.batching else len(batch)
 
     def _checked(self, results: list[RequestResult], count: int) -> list[RequestResult]:
         if len(results) != count:
@@ -322,7 +327,7 @@ class Scheduler:
         requests = [item.request for item in batch]
         instance.timing = ExecutionTiming()
         started = time.perf_counter()
-        runs = len(batch) if not self.batching else 1
+        runs = self._executions(batch)
         if runs > 1:
             results = [result for request in requests for result in self._checked(instance.execute([request]), 1)]
         elif not self.concatenate or len(batch) == 1:
