@@ -37,6 +37,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -234,29 +235,32 @@ def start_grpc_floor(stack: str = "native") -> tuple[subprocess.Popen, None, int
     """The gRPC stack's own cost, pinned like the servers: ``scripts.benchmark``'s echo server on ``stack`` (the
     native edge, the one ours runs on by default; grpcio's thread-pool server; grpc.aio), which answers ModelInfer
     with its inputs (no model, no checks), started and answering ServerLive."""
-    port = free_port()
-    command = [*pinned(0), sys.executable, "-m", "scripts.benchmark", "--echo-server", str(port), "--echo-stack", stack]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_grpc_live(port, process)
-    except TimeoutError:
-        stop_tree(process)
-        raise
+    process, port = _start_echo(lambda port: ["scripts.benchmark", "--echo-server", str(port), "--echo-stack", stack],
+                                lambda process, port: wait_grpc_live(port, process))
     return process, None, port
 
 
 def start_http_floor() -> tuple[subprocess.Popen, int, int]:
     """The HTTP stack's own cost, pinned like the servers: ``scripts.http_echo`` (our listener, a bare ASGI echo),
     answering already."""
+    process, port = _start_echo(lambda port: ["scripts.http_echo", str(port)],
+                                lambda process, port: wait_ready(process, port, timeout=60.0))
+    return process, port, 0
+
+
+def _start_echo(arguments: Callable[[int], list[str]],
+                answering: Callable[[subprocess.Popen, int], None]) -> tuple[subprocess.Popen, int]:
+    """An echo server (``python -m`` with ``arguments(port)``) on a free port, pinned like the servers, once
+    ``answering`` says it answers; stopped if it never does."""
     port = free_port()
-    command = [*pinned(0), sys.executable, "-m", "scripts.http_echo", str(port)]
+    command = [*pinned(0), sys.executable, "-m", *arguments(port)]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_ready(process, port, timeout=60.0)
+        answering(process, port)
     except (TimeoutError, RuntimeError):
         stop_tree(process)
         raise
-    return process, port, 0
+    return process, port
 
 
 def wait_grpc_live(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
