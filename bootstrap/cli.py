@@ -146,7 +146,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         cache_size_bytes=settings.response_cache_bytes,
         tensor_pool_bytes=settings.tensor_pool_bytes,
         frontend_processes=settings.frontend_processes,
-        batch_scheduled_helpers=settings.batch_scheduled_helpers,
+        batch_scheduled_threads=settings.batch_scheduled_threads,
         auto_complete_config=settings.auto_complete_config,
         shutdown_timeout=settings.shutdown_timeout_seconds,
         trace=trace_settings(settings),

@@ -149,13 +149,13 @@ class FunctionSettings:
                 "served",
         flags=_true_or_false_flag(
             "--single-port", "gRPC on the HTTP port too (default: when $PORT sets the HTTP port)"))
-    batch_scheduled_helpers: bool = setting(
-        True, key="server.batch_scheduled_helpers", check=boolean,
-        meaning="run every thread but the event loop's, and the Python models' workers, under Linux's SCHED_BATCH: "
-                "a woken helper then waits for the loop to pause instead of preempting it while it holds the GIL "
-                "(measured in docs/benchmarks.md; no effect where the system refuses it)",
+    batch_scheduled_threads: bool = setting(
+        True, key="server.batch_scheduled_threads", check=boolean,
+        meaning="run every thread of the server, the event loop's included, and the Python models' workers under "
+                "Linux's SCHED_BATCH: a woken thread then waits for the running one to pause instead of preempting "
+                "it while it holds the GIL (measured in docs/benchmarks.md; no effect where the system refuses it)",
         flags=_true_or_false_flag(
-            "--batch-scheduled-helpers", "helper threads and workers under SCHED_BATCH (default true)"))
+            "--batch-scheduled-threads", "the server's threads and workers under SCHED_BATCH (default true)"))
     grpc_port: int | None = setting(8001, key="server.grpc_port", check=port, meaning="gRPC port; `null` disables gRPC",
                                     flags=_port_flags("grpc", "gRPC", "8001"))
     metrics_port: int | None = setting(

@@ -29,7 +29,7 @@ from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 from runtime.tensor_pool import DEFAULT_MAX_BYTES as DEFAULT_POOL_BYTES
 from runtime.tensor_pool import TensorPool
-from runtime.thread_policy import batch_helpers, batch_new_helpers
+from runtime.thread_policy import batch_new_threads, batch_threads
 
 if TYPE_CHECKING:
     from runtime.frontends.pool import FrontEndPool
@@ -72,7 +72,7 @@ class ServerOptions:
     cache_size_bytes: int = 0  # the response cache's budget (0: no cache)
     tensor_pool_bytes: int = DEFAULT_POOL_BYTES  # shared memory large tensors are received into (0: none)
     frontend_processes: int = 0  # >0: that many processes serve HTTP and gRPC, this one the models (frontends/)
-    batch_scheduled_helpers: bool = True  # every thread but the loop's, and the workers, under SCHED_BATCH
+    batch_scheduled_threads: bool = True  # every thread, the loop's too, and the workers under SCHED_BATCH
     # From the composition root (bootstrap), so that runtime never imports a backend: the backends' registry, and
     # the auto-complete that fills in configs (Triton's), used unless auto_complete_config is off.
     handlers: HandlerRegistry | None = None
@@ -138,7 +138,7 @@ class Server:
         listening = asyncio.Event()
         # Models load while the listeners start: a Python model's worker starts on another core meanwhile, and
         # nothing is served before the listeners are up anyway.
-        batching = batch_helpers() if options.batch_scheduled_helpers else None  # before any worker starts
+        batching = batch_threads() if options.batch_scheduled_threads else None  # before any worker starts
         background = [asyncio.create_task(self._initial_load(stop, listening, after_load))]
         if batching is not None:
             background.append(batching)
@@ -154,7 +154,7 @@ class Server:
                 listeners.append(HttpServer(metrics, endpoints.host, options.metrics_port, endpoints.http_limits))
             for listener in listeners:
                 await listener.start()
-            batch_new_helpers()  # the listeners' threads, started just now
+            batch_new_threads()  # the listeners' threads, started just now (by threads of their own too)
         except OSError as exc:
             logger.error("%s", exc)
             self.exit_code = EXIT_FAILED
@@ -185,7 +185,7 @@ class Server:
         options = self.options
         settings = FrontEndSettings(index=0, adapters=options.adapters, shutdown_timeout=options.shutdown_timeout,
                                     log_level=logging.getLogger().getEffectiveLevel(),
-                                    batch_scheduled_helpers=options.batch_scheduled_helpers)
+                                    batch_scheduled_threads=options.batch_scheduled_threads)
         return FrontEndPool(self.service, options.frontend_processes, settings)
 
     async def _shutdown(self, listeners: list[HttpServer], adapters: ProtocolAdapters | FrontEndPool | None,

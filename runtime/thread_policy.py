@@ -1,12 +1,14 @@
-"""Helper threads that do not preempt the event loop: every thread of the process but the loop's runs under Linux's
-SCHED_BATCH, and so do the Python models' workers (``server.batch_scheduled_helpers``).
+"""Threads that do not preempt one another: every thread of the process, the event loop's included, runs under
+Linux's SCHED_BATCH, and so do the Python models' workers (``server.batch_scheduled_threads``).
 
 On a CPU that the loop shares with its helpers (gRPC's pool threads, the listeners' threads, the workers), the
-kernel's default policy lets a woken helper preempt the loop at once, while the loop holds the GIL: the helper runs
-only to wait for the GIL, and the loop comes back, two context switches per hand-off. A SCHED_BATCH thread does not
-preempt on wake-up (the fair scheduler leaves its preemption to the tick), so helpers run when the loop waits for
-I/O, and the hand-offs of many requests share their switches. Their share of the CPU is unchanged. Measured in
-docs/benchmarks.md ("Helper threads that do not preempt the loop").
+kernel's default policy lets a woken thread preempt the running one at once, and one of the two usually holds the
+GIL: a woken helper runs only to wait for the GIL the loop holds; the loop, woken by a helper that still holds it
+(granian's bridge thread resolving a request's future), runs only to wait for it, and the GIL's hand-over then
+bounces between them (six switches for one hand-off, traced). A SCHED_BATCH thread does not preempt on wake-up (the
+fair scheduler leaves its preemption to the tick), so a woken thread runs when the running one waits, and the
+hand-offs of many requests share their switches. Their share of the CPU is unchanged. Measured in
+docs/benchmarks.md ("Helper threads that do not preempt the loop"; "The event loop under SCHED_BATCH too").
 """
 
 from __future__ import annotations
@@ -14,23 +16,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 
 logger = logging.getLogger(__name__)
 
-RESCAN_SECONDS = 1.0  # threads started since the last look (libraries start some as they need them) join then
-_loop_thread: int | None = None  # the thread left under the default policy, once batching is on
+RESCAN_SECONDS = 1.0  # threads that escaped (started under another policy) join at the next look
+_batching = False  # on from batch_threads() until its rescans end
 
 
-def helpers_batched() -> bool:
-    """Whether this process batches its helpers (the Python backend then starts its workers batched too)."""
-    return _loop_thread is not None
+def threads_batched() -> bool:
+    """Whether this process batches its threads (the Python backend then starts its workers batched too)."""
+    return _batching
 
 
-def batch_new_helpers() -> None:
-    """Batch the threads started since the last look now (the listeners' and gRPC's, once they have started)."""
-    if _loop_thread is not None:
-        batch_threads_but(_loop_thread)
+def batch_new_threads() -> None:
+    """Batch any thread still under the default policy now (the listeners' and gRPC's, once they have started:
+    those the loop's thread started inherit its policy, those of threads batched later might not)."""
+    if _batching:
+        batch_existing_threads()
 
 
 def run_as_batch() -> bool:
@@ -43,17 +45,14 @@ def run_as_batch() -> bool:
     return True
 
 
-def batch_threads_but(keep: int) -> int:
-    """Put every thread of this process still under the default policy, but ``keep`` (a native thread id), under
-    SCHED_BATCH; how many there were."""
+def batch_existing_threads() -> int:
+    """Put every thread of this process still under the default policy under SCHED_BATCH; how many there were."""
     try:
         threads = [int(entry) for entry in os.listdir("/proc/self/task")]
     except OSError:
         return 0
     changed = 0
     for thread in threads:
-        if thread == keep:
-            continue
         try:
             if os.sched_getscheduler(thread) == os.SCHED_OTHER:
                 os.sched_setscheduler(thread, os.SCHED_BATCH, os.sched_param(0))
@@ -63,36 +62,28 @@ def batch_threads_but(keep: int) -> int:
     return changed
 
 
-def _supported(loop_thread: int) -> bool:
-    try:
-        os.sched_setscheduler(loop_thread, os.sched_getscheduler(loop_thread), os.sched_param(0))
-    except (AttributeError, OSError):
-        return False
-    return hasattr(os, "SCHED_BATCH") and os.path.isdir("/proc/self/task")
-
-
-def batch_helpers(interval: float = RESCAN_SECONDS) -> asyncio.Task | None:
-    """Batch every thread of this process but the running loop's, now and every ``interval`` seconds (the task
-    doing it); None, said in the log, where the system has no SCHED_BATCH or refuses it."""
-    global _loop_thread
-    loop_thread = threading.get_native_id()
-    if not _supported(loop_thread):
-        logger.info("helper threads keep the default scheduling policy: SCHED_BATCH is not available here")
+def batch_threads(interval: float = RESCAN_SECONDS) -> asyncio.Task | None:
+    """Batch every thread of this process, the running loop's first (what it starts from now on inherits the
+    policy), now and every ``interval`` seconds (the task doing it); None, said in the log, where the system has
+    no SCHED_BATCH or refuses it."""
+    global _batching
+    if not os.path.isdir("/proc/self/task") or not run_as_batch():
+        logger.info("threads keep the default scheduling policy: SCHED_BATCH is not available here")
         return None
-    _loop_thread = loop_thread
-    batch_threads_but(loop_thread)
-    task = asyncio.ensure_future(_rescan(loop_thread, interval))
+    _batching = True
+    batch_existing_threads()
+    task = asyncio.ensure_future(_rescan(interval))
     task.add_done_callback(_stopped)
     return task
 
 
 def _stopped(_: asyncio.Task) -> None:
     """The rescans ended (the server is stopping): workers started from now on keep the default policy."""
-    global _loop_thread
-    _loop_thread = None
+    global _batching
+    _batching = False
 
 
-async def _rescan(loop_thread: int, interval: float) -> None:
+async def _rescan(interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
-        batch_threads_but(loop_thread)
+        batch_existing_threads()

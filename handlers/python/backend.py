@@ -29,7 +29,7 @@ from handlers.python.supervisor import WorkerSupervisor
 from handlers.python.transport import DEFAULT_GROWTH_BYTES, DEFAULT_INITIAL_BYTES
 from handlers.python.worker import encode_result
 from runtime.errors import ModelLoadError, ServingError, Status, Unavailable
-from runtime.thread_policy import helpers_batched
+from runtime.thread_policy import threads_batched
 from runtime.types import InferRequest
 
 
@@ -78,7 +78,7 @@ class PythonBackendHandler(ModelHandler):
                 "model_name": self.spec.name,
             },
             decoupled=self.spec.decoupled,
-            batch_scheduled=helpers_batched(),
+            batch_scheduled=threads_batched(),
         )
 
     # -- lifecycle -------------------------------------------------------------------------------------------

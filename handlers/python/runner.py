@@ -72,7 +72,7 @@ class RunnerSpec:
     version_dir: str
     args: dict[str, str]
     decoupled: bool = False
-    batch_scheduled: bool = False  # the worker runs under SCHED_BATCH, as the server's helpers (thread_policy.py)
+    batch_scheduled: bool = False  # the worker runs under SCHED_BATCH, as the server's threads (thread_policy.py)
 
 
 @dataclass

@@ -39,7 +39,7 @@ class FrontEndSettings:
     adapters: AdapterSettings
     shutdown_timeout: float = 30.0
     log_level: int = logging.INFO
-    batch_scheduled_helpers: bool = True  # its threads but the loop's under SCHED_BATCH (runtime/thread_policy.py)
+    batch_scheduled_threads: bool = True  # its threads, the loop's too, under SCHED_BATCH (runtime/thread_policy.py)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from runtime.adapters import ProtocolAdapters
 from runtime.frontends.pool import HEARTBEAT_INTERVAL, FrontEndSettings
 from runtime.frontends.remote import RemoteService
 from runtime.frontends.wire import receive_blocking
-from runtime.thread_policy import batch_helpers
+from runtime.thread_policy import batch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
         return 1
     service.started(None)
     heartbeat = asyncio.create_task(service.beat(HEARTBEAT_INTERVAL))
-    batching = batch_helpers() if settings.batch_scheduled_helpers else None
+    batching = batch_threads() if settings.batch_scheduled_threads else None
     await asyncio.wait([asyncio.create_task(stop.wait()), *adapters.tasks], return_when=asyncio.FIRST_COMPLETED)
     heartbeat.cancel()
     if batching is not None:

@@ -1,5 +1,5 @@
-"""A real server's threads under Linux's SCHED_BATCH but its event loop's (its main thread), its Python model's
-worker too; with ``--batch-scheduled-helpers false``, every one of them under the default policy."""
+"""A real server's threads under Linux's SCHED_BATCH, its event loop's (its main thread) and its Python model's
+worker too; with ``--batch-scheduled-threads false``, every one of them under the default policy."""
 
 from __future__ import annotations
 
@@ -34,17 +34,17 @@ def _policies(pid: int) -> dict[str, set[int]]:
 
 
 @pytest.mark.parametrize("batched", [True, False])
-def test_helpers_and_workers_are_batched_and_the_loop_is_not(tmp_path, batched):
+def test_the_loop_its_helpers_and_workers_are_batched(tmp_path, batched):
     repository = tmp_path / "models"
     write_model(repository, "identity", IDENTITY_PYTHON_CONFIG, {"1/model.py": IDENTITY})
-    with ServerProcess(repository, "--batch-scheduled-helpers", str(batched).lower()) as server:
+    with ServerProcess(repository, "--batch-scheduled-threads", str(batched).lower()) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         tensor = grpcclient.InferInput("IN", [2], "FP32")
         tensor.set_data_from_numpy(np.ones(2, dtype=np.float32))
         assert client.infer("identity", [tensor]).as_numpy("OUT").tolist() == [1.0, 1.0]
-        helper = os.SCHED_BATCH if batched else os.SCHED_OTHER
-        wanted = {"main": {os.SCHED_OTHER}, "helpers": {helper}, "workers": {helper}}
-        deadline = time.monotonic() + 5  # threads started by the loop's own thread join at the next rescan (1 s)
+        policy = os.SCHED_BATCH if batched else os.SCHED_OTHER
+        wanted = {"main": {policy}, "helpers": {policy}, "workers": {policy}}
+        deadline = time.monotonic() + 5  # threads that escaped join at the next rescan (1 s)
         while (policies := _policies(server.process.pid)) != wanted and time.monotonic() < deadline:
             time.sleep(0.2)
     assert policies == wanted
