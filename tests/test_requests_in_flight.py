@@ -87,6 +87,20 @@ def test_a_lost_worker_ends_every_open_stream_with_the_reason():
     asyncio.run(scenario())
 
 
+def test_requests_a_lost_worker_never_began_go_back_to_the_queue_once():
+    in_flight = RequestsInFlight("model 'm' instance 0", decoupled=False)
+    requests = [_request() for _ in range(5)]
+    keys = in_flight.new_keys(5)
+    error = InternalError("model 'm' instance 0: worker process exited with code 3; it is being restarted")
+    # the worker had begun the first two (the second took it down): those fail, the other three are queued again
+    assert in_flight.failed(keys, requests, error, begun=2) == [error, error, RESCHEDULE, RESCHEDULE, RESCHEDULE]
+    # lost with a worker again (never begun again, say): a request goes back once, then fails
+    again = in_flight.new_keys(3)
+    assert in_flight.failed(again, requests[2:], error, begun=0) == [error] * 3
+    assert in_flight.failed(in_flight.new_keys(2), [_request(), requests[3]], error, begun=0) == [RESCHEDULE, error]
+    assert in_flight.failed(in_flight.new_keys(2), [_request(), _request()], error) == [error, error]  # all begun
+
+
 def test_results_of_a_model_that_answers_in_turn():
     in_flight = RequestsInFlight("model 'm' instance 0", decoupled=False)
     ok = in_flight.result((0,), ("ok", [("OUT", np.arange(3))], '{"p": 1}'))

@@ -92,6 +92,8 @@ class WorkerBatch:
         self._waiter: asyncio.Future | Future = loop.create_future() if loop is not None else Future()
         self._answer: tuple[Any, str | None] | None = None
         self._abandoned = False
+        self.separately = separately
+        self.batch_id = 0  # the link's, once sent
         messages = []
         arena, input_ref = worker.arena, worker.input_ref
         in_place = not in_flight.decoupled  # a decoupled request's inputs outlive the batch: they are copied
@@ -109,7 +111,7 @@ class WorkerBatch:
         self.prepared = time.perf_counter_ns()
         timing.input_ns += self.prepared - self.started
         try:
-            worker.execute(messages, self._settled, separately)
+            self.batch_id = worker.execute(messages, self._settled, separately)
         except WorkerGone as exc:
             self.gone = str(exc) or "the worker went away"
 
@@ -192,11 +194,16 @@ class WorkerBatch:
         return results
 
     def _fail(self, what: str, consequence: str) -> list[RequestResult]:
-        """Not on the loop (killing a worker waits for it): drop the worker, fail the batch, free the instance."""
+        """Not on the loop (killing a worker waits for it): drop the worker, fail the batch, free the instance.
+        Of requests handed over to be executed separately, those the worker never began (after the one it was
+        executing, or all where it never got them) go back to the queue instead, once."""
         try:
             self.supervisor.lose(what)
             error = InternalError(f"{self.supervisor.label}: {what}{consequence}")
-            return self.in_flight.failed(self.keys, self.requests, error)
+            begun = len(self.requests)
+            if self.separately:
+                begun = self.worker.begun(self.batch_id) if self.batch_id else 0
+            return self.in_flight.failed(self.keys, self.requests, error, begun)
         finally:
             self.in_flight.untrack(self.requests)
             self.supervisor.release()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +66,7 @@ class RequestsInFlight:
         self._streams: dict[Any, tuple[Any, Arena | None, list]] = {}  # key -> (ResponseStream, arena, input refs)
         self._executing: dict[int, Any] = {}  # id(InferRequest) -> key, while it executes
         self._rescheduled: set[Any] = set()
+        self._requeued: set[int] = set()  # ids of requests rescheduled after a lost worker, while they live
 
     def new_keys(self, count: int) -> list[tuple[int]]:
         return [(next(self._keys),) for _ in range(count)]
@@ -126,11 +128,24 @@ class RequestsInFlight:
         """The model asked to see this request again in a later batch."""
         self._rescheduled.add(key)
 
-    def failed(self, keys: list, requests: list[InferRequest], error: ServingError) -> list[RequestResult]:
-        for key in keys:
+    def failed(self, keys: list, requests: list[InferRequest], error: ServingError,
+               begun: int | None = None) -> list[RequestResult]:
+        """A batch whose worker was lost: ``error`` for the requests it had begun (all, without ``begun``); the
+        others are rescheduled, once each (lost with a worker again, they fail: a request that takes down every
+        worker it reaches ends).  A decoupled request's stream ends with the error."""
+        begun = len(requests) if begun is None else begun
+        results: list[RequestResult] = []
+        for index, (key, request) in enumerate(zip(keys, requests, strict=True)):
             if key in self._streams:
                 self.deliver(key, StreamItem(error, True))
-        return [error] * len(requests)
+                results.append(error)
+            elif index >= begun and id(request) not in self._requeued:
+                self._requeued.add(id(request))
+                weakref.finalize(request, self._requeued.discard, id(request))
+                results.append(RESCHEDULE)
+            else:
+                results.append(error)
+        return results
 
     def deliver(self, key: Any, item: StreamItem) -> None:
         entry = self._streams.get(key)

@@ -69,8 +69,11 @@ class WorkerLink:
                  loop: asyncio.AbstractEventLoop | None = None, pool: TensorPool | None = None) -> None:
         context = worker_context()
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=worker_main, args=(child, spec, os.getpid()), daemon=True,
-                                       name=f"triton-python-{spec.model_name}")
+        # (batch id, index): the request of requests handed over together that the worker began last, written by
+        # it before each, read here once it is lost (shared memory outlives it)
+        self._progress = context.RawArray("q", 2)
+        self.process = context.Process(target=worker_main, args=(child, spec, os.getpid(), self._progress),
+                                       daemon=True, name=f"triton-python-{spec.model_name}")
         self.process.start()
         child.close()
         self._exit_watch = select.poll()  # the sentinel becomes readable when the process has ended
@@ -191,10 +194,10 @@ class WorkerLink:
             finally:
                 self._send_lock.release()
 
-    def execute(self, requests: list[tuple], settled: BatchSettled, separately: bool = False) -> None:
+    def execute(self, requests: list[tuple], settled: BatchSettled, separately: bool = False) -> int:
         """Send a batch (``separately``: each request to be executed alone, the results sent together); ``settled``
         is told its answer once (the results, None for a decoupled execute that returned) where the link reads, or
-        why the worker went away.  WorkerGone if it cannot be sent."""
+        why the worker went away.  The batch's id; WorkerGone if it cannot be sent."""
         batch_id = next(self._batch_ids)
         with self._lock:
             if self.gone:
@@ -206,6 +209,12 @@ class WorkerLink:
             with self._lock:
                 self._batches.pop(batch_id, None)
             raise WorkerGone(str(exc) or type(exc).__name__) from None
+        return batch_id
+
+    def begun(self, batch_id: int) -> int:
+        """How many of batch ``batch_id``'s requests, sent to be executed separately, the worker had begun (the
+        last of them is the one it was executing); 0 when none.  Meant for after the worker is lost."""
+        return self._progress[1] + 1 if self._progress[0] == batch_id else 0
 
     def reply(self, call_id: int, payload: Any, final: bool = True) -> None:
         try:

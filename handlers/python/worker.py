@@ -320,9 +320,10 @@ def _exit_when_orphaned(server_pid: int) -> None:
             pass  # a pid reused by another user's process: the re-parenting check still holds
 
 
-def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list, separately: bool) -> None:
+def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list, separately: bool,
+             progress: Any = None) -> None:
     """Execute a batch (``separately``: each request alone, one after another, a model without dynamic batching
-    as Triton runs it) and send its results, together."""
+    as Triton runs it, ``progress`` told which it begins) and send its results, together."""
     batch = [RequestData(key=key, inputs=[(ref[0], host.server_memory.array(ref)) for ref in refs],
                          request_id=request_id, outputs=outputs, parameters=parameters, correlation_id=correlation,
                          flags=flags, timeout=timeout)
@@ -330,7 +331,11 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
     origin = BlsOrigin(max((tuple(request[8]) for request in requests), key=len, default=()),
                        requests[0][9] if requests else 0)
     if separately:  # never decoupled (the server sends such a model's requests one by one)
-        results = [result for data in batch for result in _run(runner, [data], origin) or ()]
+        results = []
+        for index, data in enumerate(batch):
+            if progress is not None:  # should this one take the process down, the server re-queues those after it
+                progress[0], progress[1] = batch_id, index
+            results.extend(_run(runner, [data], origin) or ())
     else:
         results = _run(runner, batch, origin)
     if results is None:
@@ -353,8 +358,9 @@ def _run(runner: ModelRunner, batch: list[RequestData], origin: BlsOrigin) -> li
         return [error_result(f"execute failed: {type(exc).__name__}: {exc}")] * len(batch)
 
 
-def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> None:
-    """The worker process: load the model, then execute what the server sends until told to finalize."""
+def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int, progress: Any = None) -> None:
+    """The worker process: load the model, then execute what the server sends until told to finalize
+    (``progress``: shared memory where it writes which request of a separate hand-off it begins)."""
     os.setsid()
     if spec.batch_scheduled:
         run_as_batch()  # waking it to execute never preempts the server's event loop
@@ -371,7 +377,7 @@ def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int) -> No
     while True:
         message = host.next_work()
         if message[0] == "execute":
-            _execute(runner, host, message[1], message[2], message[3])
+            _execute(runner, host, message[1], message[2], message[3], progress)
         elif message[0] == "finalize":
             runner.finalize()
             try:

@@ -90,8 +90,8 @@ def test_requests_queued_for_a_model_without_dynamic_batching_execute_each_alone
 
 
 def test_a_worker_lost_with_requests_handed_over_together_fails_them_plainly_and_recovers(tmp_path):
-    # the requests handed over with the one that kills the worker fail with it, as a batch's do (the worker answers
-    # them together), naming what happened; the rest are served, and so is what comes after
+    # the one that kills the worker fails, and so do those handed over with it that it had already executed (the
+    # worker answers them together), naming what happened; the rest are served, and so is what comes after
     body = textwrap.dedent(ALONE).replace('raise ValueError("a negative input")', "os._exit(3)")
     write_model(tmp_path / "models", "fragile", ALONE_CONFIG, {"1/model.py": body})
     process = ServerProcess(tmp_path / "models").start()
