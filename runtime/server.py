@@ -29,7 +29,7 @@ from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 from runtime.tensor_pool import DEFAULT_MAX_BYTES as DEFAULT_POOL_BYTES
 from runtime.tensor_pool import TensorPool
-from runtime.thread_policy import batch_new_threads, batch_threads
+from runtime.thread_policy import batch_threads
 
 if TYPE_CHECKING:
     from runtime.frontends.pool import FrontEndPool
@@ -154,7 +154,6 @@ class Server:
                 listeners.append(HttpServer(metrics, endpoints.host, options.metrics_port, endpoints.http_limits))
             for listener in listeners:
                 await listener.start()
-            batch_new_threads()  # the listeners' threads, started just now (by threads of their own too)
         except OSError as exc:
             logger.error("%s", exc)
             self.exit_code = EXIT_FAILED

@@ -28,13 +28,6 @@ def threads_batched() -> bool:
     return _batching
 
 
-def batch_new_threads() -> None:
-    """Batch any thread still under the default policy now (the listeners' and gRPC's, once they have started:
-    those the loop's thread started inherit its policy, those of threads batched later might not)."""
-    if _batching:
-        batch_existing_threads()
-
-
 def run_as_batch() -> bool:
     """Put the calling thread (and what it starts from now on: threads, processes) under SCHED_BATCH; False where
     the system has no such policy or refuses it."""
