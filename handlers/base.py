@@ -9,6 +9,7 @@ from types import ModuleType
 from runtime.errors import ModelLoadError
 from runtime.handler import (  # noqa: F401 - the contract, re-exported for the backends
     DEFAULT_EXECUTE_TIMEOUT_SECONDS,
+    REQUEUE,
     RESCHEDULE,
     ExecutionTiming,
     HandlerContext,

@@ -1,6 +1,7 @@
 """The contract every backend implements: one loaded instance of one model version (``ModelHandler``,
 ``TensorHandler``), what it is given (``HandlerContext``, with the server's ``ServerServices`` passed down so that a
-handler never imports the core) and what it answers (``RequestResult``, ``RESCHEDULE``, ``ExecutionTiming``).
+handler never imports the core) and what it answers (``RequestResult``, ``RESCHEDULE``, ``REQUEUE``,
+``ExecutionTiming``).
 
 It lives in ``runtime`` so that the core depends on nothing above it: the backends (``handlers/``) implement it,
 and the composition root hands the core the registry that names them.
@@ -50,17 +51,22 @@ def first_load_alone(handler: type[ModelHandler]) -> Iterator[None]:
 
 
 class Reschedule:
-    """A result meaning: put this request back in the queue, it runs again in a later batch (a Python model
-    called ``request.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``)."""
+    """A result meaning: put this request back in the queue, it runs again in a later batch. The model asked for it
+    (a Python model called ``request.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)``), or, not
+    ``executed``, the instance never reached it (its worker was lost first): then it counts in no execution."""
+
+    def __init__(self, executed: bool = True) -> None:
+        self.executed = executed
 
     def __repr__(self) -> str:
-        return "RESCHEDULE"
+        return "RESCHEDULE" if self.executed else "REQUEUE"
 
 
 RESCHEDULE = Reschedule()
+REQUEUE = Reschedule(executed=False)
 
 # What a handler returns for one request: output name -> array (a ModelOutputs may carry response
-# parameters too), the error for that request, or RESCHEDULE.
+# parameters too), the error for that request, or RESCHEDULE / REQUEUE.
 RequestResult = dict[str, np.ndarray] | ServingError | Reschedule
 
 

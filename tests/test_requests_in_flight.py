@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 
-from handlers.base import RESCHEDULE
+from handlers.base import REQUEUE, RESCHEDULE
 from handlers.python.in_flight import RequestsInFlight
 from handlers.python.transport import Arena
 from runtime.errors import InternalError, Status
@@ -92,12 +92,13 @@ def test_requests_a_lost_worker_never_began_go_back_to_the_queue_once():
     requests = [_request() for _ in range(5)]
     keys = in_flight.new_keys(5)
     error = InternalError("model 'm' instance 0: worker process exited with code 3; it is being restarted")
-    # the worker had begun the first two (the second took it down): those fail, the other three are queued again
-    assert in_flight.failed(keys, requests, error, begun=2) == [error, error, RESCHEDULE, RESCHEDULE, RESCHEDULE]
+    # the worker had begun the first two (the second took it down): those fail, the other three are queued again,
+    # as never executed (REQUEUE, not the model's RESCHEDULE: they count in no execution)
+    assert in_flight.failed(keys, requests, error, begun=2) == [error, error, REQUEUE, REQUEUE, REQUEUE]
     # lost with a worker again (never begun again, say): a request goes back once, then fails
     again = in_flight.new_keys(3)
     assert in_flight.failed(again, requests[2:], error, begun=0) == [error] * 3
-    assert in_flight.failed(in_flight.new_keys(2), [_request(), requests[3]], error, begun=0) == [RESCHEDULE, error]
+    assert in_flight.failed(in_flight.new_keys(2), [_request(), requests[3]], error, begun=0) == [REQUEUE, error]
     assert in_flight.failed(in_flight.new_keys(2), [_request(), _request()], error) == [error, error]  # all begun
 
 

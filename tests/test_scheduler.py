@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from handlers.base import HandlerContext, ModelHandler, TensorHandler
-from runtime.errors import Unavailable
+from handlers.base import REQUEUE, HandlerContext, ModelHandler, TensorHandler
+from runtime.errors import InternalError, Unavailable
 from runtime.models.config import parse_model_config
 from runtime.scheduling import run_placement
 from runtime.scheduling.batch_forming import SEPARATE_EXECUTIONS, SEPARATE_SECONDS, QueuedRequest
@@ -254,6 +254,49 @@ def test_an_instance_that_cannot_begin_them_together_executes_them_one_by_one():
     assert all(right)
     assert handed == [1] * 12  # each its own execute, in a thread
     assert stats.execution_count == 12
+
+
+class _LosesItsWorkerOnce(_SeparateRecorder):
+    """Requests handed over together whose first hand-off loses its worker on the first request: that one fails,
+    the others were never reached (REQUEUE) and come back in a later hand-off."""
+
+    def start_separate_executions(self, requests):
+        self.handed.append(len(requests))
+        lost = len(self.handed) == 1
+
+        class Started:
+            async def results(self):
+                if lost:
+                    return [InternalError("instance 0: worker process exited with code 3"),
+                            *[REQUEUE] * (len(requests) - 1)]
+                return [{"OUT": request.inputs[0].data * 2} for request in requests]
+
+        return Started()
+
+
+def test_requests_a_lost_worker_never_reached_run_again_and_count_in_no_execution():
+    spec = parse_model_config(CONFIG.replace("dynamic_batching { %s }", ""), "m")
+
+    async def main():
+        handler = _LosesItsWorkerOnce(spec)
+        stats = ModelStatistics()
+        scheduler = Scheduler(spec, [handler], ThreadPoolExecutor(1), stats)
+        scheduler.forming.exec_seconds = 0.0005
+        try:
+            requests = [_request(1, width=index + 1) for index in range(4)]
+            answers = await asyncio.gather(*(scheduler.submit(request, 1) for request in requests))
+        finally:
+            await scheduler.close()
+        return handler.handed, stats, requests, answers
+
+    handed, stats, requests, answers = asyncio.run(main())
+    assert handed == [4, 3]  # the three never reached, handed over again together
+    assert isinstance(answers[0][0], InternalError)
+    assert all(np.array_equal(result["OUT"], request.inputs[0].data * 2)
+               for (result, _), request in zip(answers[1:], requests[1:], strict=True))
+    # the lost execution of the first and the three of the others: not seven
+    assert stats.execution_count == 4
+    assert sorted(stats.batches) == [1] and stats.batches[1].compute_infer.count == 4
 
 
 class _CountingExecutor(ThreadPoolExecutor):

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
-from handlers.base import RESCHEDULE, RequestResult
+from handlers.base import REQUEUE, RESCHEDULE, RequestResult
 from handlers.python.link import WorkerLink
 from handlers.python.runner import Result
 from handlers.python.transport import Arena
@@ -131,8 +131,9 @@ class RequestsInFlight:
     def failed(self, keys: list, requests: list[InferRequest], error: ServingError,
                begun: int | None = None) -> list[RequestResult]:
         """A batch whose worker was lost: ``error`` for the requests it had begun (all, without ``begun``); the
-        others are rescheduled, once each (lost with a worker again, they fail: a request that takes down every
-        worker it reaches ends).  A decoupled request's stream ends with the error."""
+        others go back to the queue (REQUEUE: they count in no execution), once each (lost with a worker again, they
+        fail: a request that takes down every worker it reaches ends).  A decoupled request's stream ends with the
+        error."""
         begun = len(requests) if begun is None else begun
         results: list[RequestResult] = []
         for index, (key, request) in enumerate(zip(keys, requests, strict=True)):
@@ -142,7 +143,7 @@ class RequestsInFlight:
             elif index >= begun and id(request) not in self._requeued:
                 self._requeued.add(id(request))
                 weakref.finalize(request, self._requeued.discard, id(request))
-                results.append(RESCHEDULE)
+                results.append(REQUEUE)  # never reached: it counts in no execution
             else:
                 results.append(error)
         return results

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, Unavailable
-from runtime.handler import RESCHEDULE, ExecutionTiming, ModelHandler, RequestResult, TensorHandler
+from runtime.handler import REQUEUE, ExecutionTiming, ModelHandler, RequestResult, Reschedule, TensorHandler
 from runtime.models.config import ModelSpec, QueuePolicy
 from runtime.scheduling.batch_forming import BatchForming, QueuedRequest, batch_signature
 from runtime.scheduling.batch_run import run_concatenated, trace_compute
@@ -244,28 +244,37 @@ class Scheduler:
         timing = instance.timing
         if not (timing.input_ns or timing.infer_ns or timing.output_ns):
             timing = ExecutionTiming(infer_ns=elapsed)
-        executions = self._executions(batch)
-        if executions == 1:
-            self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(batch))
-        else:
-            for item in batch:  # each its share of the measured phases
-                self.stats.record_execution(item.batch_size, timing.input_ns // executions,
-                                            timing.infer_ns // executions, timing.output_ns // executions, 1)
-        trace_compute(batch, started, elapsed, timing)
-        seconds = elapsed / 1e9 / executions
-        self.forming.note_execution(seconds)
+        executed = batch
+        if any(result is REQUEUE for result in results):  # requests the instance never reached were not executed
+            executed = [item for item, result in zip(batch, results, strict=True) if result is not REQUEUE]
+            total = sum(item.batch_size for item in executed)
+        if executed:
+            self._record(executed, total, started, elapsed, timing)
         rescheduled = False
         for item, result in zip(batch, results, strict=True):
             item.instance = None
             if item.future.done():
                 continue
-            if result is RESCHEDULE:  # the model asked to see it again in a later batch
+            if isinstance(result, Reschedule):  # the model asked to see it again in a later batch, or never saw it
                 self.queue.append(item)
                 rescheduled = True
             else:
                 item.future.set_result(result)
         if rescheduled:
             self.forming.arrival.set()
+
+    def _record(self, executed: list[QueuedRequest], total: int, started: int, elapsed: int,
+                timing: ExecutionTiming) -> None:
+        """The statistics, traces and timing estimate of the executions a batch's ``executed`` requests were."""
+        executions = self._executions(executed)
+        if executions == 1:
+            self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(executed))
+        else:
+            for item in executed:  # each its share of the measured phases
+                self.stats.record_execution(item.batch_size, timing.input_ns // executions,
+                                            timing.infer_ns // executions, timing.output_ns // executions, 1)
+        trace_compute(executed, started, elapsed, timing)
+        self.forming.note_execution(elapsed / 1e9 / executions)
 
     async def _run(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler,
                    batch: list[QueuedRequest]) -> list[RequestResult]:
