@@ -59,5 +59,9 @@ def test_requests_handed_over_with_one_that_takes_the_worker_down_are_served_aft
             assert "exited with code 3" in killer and "restarted" in killer
             assert others == ["right"] * 7  # handed over with it, never begun: served by the next worker
             assert await _outcome(service, 9) == "right"
+            stats = service.model_statistics("fragile")["model_stats"][0]
+            # executions: the twenty, the one held, the killer's (lost), the seven's once each (not also in the lost
+            # hand-off's: 37 before), the last; the killer's inference failed
+            assert (stats["execution_count"], stats["inference_count"]) == (20 + 1 + 1 + 7 + 1, 20 + 1 + 7 + 1)
 
     asyncio.run(scenario())
