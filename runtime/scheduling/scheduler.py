@@ -224,7 +224,6 @@ class Scheduler:
             item.dispatched_ns = item.dispatched_ns or now
             item.instance = instance
             item.request.execution = execution
-        total = sum(item.batch_size for item in batch)
         started = time.perf_counter_ns()
         self._running[instance] = time.monotonic()
         try:
@@ -247,9 +246,8 @@ class Scheduler:
         executed = batch
         if any(result is REQUEUE for result in results):  # requests the instance never reached were not executed
             executed = [item for item, result in zip(batch, results, strict=True) if result is not REQUEUE]
-            total = sum(item.batch_size for item in executed)
         if executed:
-            self._record(executed, total, started, elapsed, timing)
+            self._record(executed, started, elapsed, timing)
         rescheduled = False
         for item, result in zip(batch, results, strict=True):
             item.instance = None
@@ -263,11 +261,11 @@ class Scheduler:
         if rescheduled:
             self.forming.arrival.set()
 
-    def _record(self, executed: list[QueuedRequest], total: int, started: int, elapsed: int,
-                timing: ExecutionTiming) -> None:
+    def _record(self, executed: list[QueuedRequest], started: int, elapsed: int, timing: ExecutionTiming) -> None:
         """The statistics, traces and timing estimate of the executions a batch's ``executed`` requests were."""
         executions = self._executions(executed)
         if executions == 1:
+            total = sum(item.batch_size for item in executed)
             self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(executed))
         else:
             for item in executed:  # each its share of the measured phases
