@@ -249,6 +249,9 @@ class InferenceService:
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """Whether the model (version) sends its responses decoupled (any number per request); a model to be
         loaded on demand is taken as not (its inference loads it, and says so if it is)."""
+        spec = self.manager.serving_spec(name, version)  # asked before every inference: the plain case first
+        if spec is not None:
+            return spec.decoupled
         try:
             return self.manager.get(name, version).spec.decoupled
         except (NotFound, Unavailable):
@@ -269,14 +272,18 @@ class InferenceService:
         trace = None
         try:
             model = self._served(request) or await self._load_on_demand(request)
-            trace = request.trace = self._start_trace(model, request)
-            if model.spec.decoupled:
+            spec = model.spec
+            if request.trace is not None or not self.tracer.idle:
+                trace = request.trace = self._start_trace(model, request)
+            if spec.decoupled:
                 raise Unsupported(f"model '{model.name}' uses the decoupled transaction policy: its responses "
                                   "come only through a stream")
             resolve_inputs(self.shared_memory, request)
-            batch_size = validate_request(model.spec, request)
-            _reshape_inputs(model.spec, request)
-            result = await self._run(model, request, batch_size)
+            batch_size = validate_request(spec, request)
+            if spec.reshapes_inputs:
+                _reshape_inputs(spec, request)
+            result = await (self._run(model, request, batch_size) if spec.response_cache
+                            else model.infer(request, batch_size))
             response = self._response(model, request, result)
             write_outputs(self.shared_memory, request, response)
             if trace is not None:

@@ -158,6 +158,8 @@ class Tracer:
         self._lock = threading.Lock()
         self._buffered: list[Trace] = []
         self._files_written = 0
+        self.idle = True  # no request can be sampled (tracing off, no model's own settings): asked per request
+        self._refresh_idle()
 
     # -- settings --------------------------------------------------------------------------------------
     def settings(self, model: str = "") -> dict[str, Any]:
@@ -205,7 +207,11 @@ class Tracer:
             else:
                 restored = {_FIELD_OF[key]: getattr(self.startup, _FIELD_OF[key]) for key in cleared}
                 self.current = replace(self.current, **parsed, **restored)
+            self._refresh_idle()
         return self.settings(model)
+
+    def _refresh_idle(self) -> None:
+        self.idle = not self.current.on and not any(overrides.values for overrides in self._models.values())
 
     # -- sampling ----------------------------------------------------------------------------------------
     def start(self, model: str, parent: Trace | None = None, context: str | None = None) -> Trace | None:

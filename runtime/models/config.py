@@ -155,6 +155,7 @@ class ModelSpec:
     # exactly is validated in a few comparisons per input (validation.py)
     exact_inputs: dict[str, ExactInput] = field(init=False, repr=False, compare=False, default_factory=dict)
     reshaped_outputs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
+    reshapes_inputs: bool = field(init=False, repr=False, compare=False, default=False)  # any input's reshape set
 
     @property
     def is_ensemble(self) -> bool:
@@ -164,6 +165,7 @@ class ModelSpec:
         object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
         object.__setattr__(self, "_outputs_by_name", {t.name: t for t in self.outputs})
         object.__setattr__(self, "reshaped_outputs", frozenset(t.name for t in self.outputs if t.reshape is not None))
+        object.__setattr__(self, "reshapes_inputs", any(t.reshape is not None for t in self.inputs))
         if all(not t.optional and t.datatype in WIRE_DTYPES for t in self.inputs):
             object.__setattr__(self, "exact_inputs", {
                 t.name: ExactInput(t.datatype, tuple(t.dims), WIRE_DTYPES[t.datatype],

@@ -341,6 +341,23 @@ class ModelManager:
         model_version = entry.newest_ready() if version < 0 else entry.versions.get(version)
         return model_version.spec if model_version is not None and model_version.ready else None
 
+    def serving_spec(self, name: str, version: str = "") -> ModelSpec | None:
+        """The config of the version a request for ``name`` goes to, when that is plain: the version asked for,
+        or the model's only one, in service (its readiness not asked: :meth:`get` does that for the request
+        itself).  None otherwise (unknown, not in service, several versions without one asked for)."""
+        entry = self.models.get(name)
+        if entry is None:
+            return None
+        versions = entry.versions
+        if version:
+            plain = len(version) < 19 and version.isascii() and version.isdigit()
+            model_version = versions.get(int(version)) if plain else None
+        elif len(versions) == 1:
+            (model_version,) = versions.values()
+        else:
+            return None
+        return model_version.spec if model_version is not None and model_version.in_service else None
+
     def get(self, name: str, version: str = "") -> ModelVersion:
         """The ready version asked for (or the newest ready one), in Triton's words when there is none:
         NotFound for an unknown or failed model or version, Unavailable while a loaded version's instances

@@ -161,8 +161,10 @@ class ModelVersion:
         return self._executor is not None and bool(self.instances)
 
     async def infer(self, request: InferRequest, batch_size: int) -> dict[str, np.ndarray]:
-        """Run one request through the scheduler; its outcome and timings go into :attr:`stats`."""
-        if not self.ready or self.scheduler is None:
+        """Run one request through the scheduler; its outcome and timings go into :attr:`stats`.  The caller
+        found the version :attr:`ready` (``ModelManager.get``) in this turn of the loop: what can have changed since
+        is its state only."""
+        if self.state is not ModelState.READY or self.scheduler is None:
             raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
         started = time.perf_counter_ns()
         failure, queue_ns = FailureReason.OTHER, 0
