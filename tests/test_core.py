@@ -70,6 +70,24 @@ def test_rest_routes_over_the_core(repository):
     asyncio.run(main())
 
 
+def test_an_input_declared_with_a_reshape_reaches_the_model_reshaped(tmp_path):
+    root = tmp_path / "models"
+    config = ONNX_ADD_SUB_CONFIG.replace('INPUT0" data_type: TYPE_INT32 dims: [ 16 ]',
+                                         'INPUT0" data_type: TYPE_INT32 dims: [ 4, 4 ] reshape: { shape: [ 16 ] }')
+    assert config != ONNX_ADD_SUB_CONFIG
+    write_model(root, "shaped", config)
+    build_add_sub_onnx(root / "shaped" / "1" / "model.onnx", datatype="INT32")
+
+    async def main():
+        async with core(root) as service:
+            data = np.arange(32, dtype=np.int32)
+            request = InferRequest("shaped", inputs=[InferTensor("INPUT0", "INT32", (2, 4, 4), data.reshape(2, 4, 4)),
+                                                     InferTensor("INPUT1", "INT32", (2, 16), data.reshape(2, 16))])
+            response = await service.infer(request)  # the model's INPUT0 is [-1, 16]: it runs only if reshaped
+            np.testing.assert_array_equal(response.outputs[0].data, data.reshape(2, 16) * 2)
+    asyncio.run(main())
+
+
 def test_answers_follow_the_configs_output_order_and_reshape(tmp_path):
     root = tmp_path / "models"
     config = ONNX_ADD_SUB_CONFIG.replace('OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]',

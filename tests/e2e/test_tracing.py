@@ -62,6 +62,19 @@ def test_sampling_follows_rate_and_count():
     assert Tracer().start("m") is None  # level OFF
 
 
+def test_idle_while_nothing_can_be_sampled():
+    tracer = Tracer(TraceSettings(file="/tmp/t.json"), model_known=lambda name: name == "m")
+    assert tracer.idle and tracer.start("m") is None  # level OFF at start
+    tracer.update({"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}, "m")
+    assert not tracer.idle and tracer.start("m") is not None  # one model's own settings
+    tracer.update({"trace_level": None, "trace_rate": None}, "m")
+    assert tracer.idle
+    tracer.update({"trace_level": ["TIMESTAMPS"]})
+    assert not tracer.idle
+    tracer.update({"trace_level": ["OFF"]})
+    assert tracer.idle
+
+
 def _infer(url: str, model: str, headers: dict | None = None) -> None:
     body = {"id": "req-1", "inputs": [{"name": name, "datatype": "FP32", "shape": [1, 4], "data": A}
                                       for name in ("A", "B")]}
@@ -119,6 +132,21 @@ def test_trace_file_records_each_request_and_links_ensemble_steps(repository, tm
     ensemble = by_model["pipeline"][0]
     assert "parent_id" not in ensemble
     assert by_model["batched"][0]["parent_id"] == ensemble["id"] == by_model["double"][0]["parent_id"]
+
+
+def test_tracing_turned_on_for_one_model_while_serving(repository, tmp_path):
+    trace_file = tmp_path / "trace.json"
+    with ServerProcess(repository, "--trace-config", f"triton,file={trace_file}") as server:  # level OFF
+        url = f"127.0.0.1:{server.http_port}"
+        _infer(url, "add_sub")
+        answer = httpx.post(f"http://{url}/v2/models/add_sub/trace/setting",
+                            json={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        _infer(url, "add_sub")
+        _infer(url, "pipeline")
+    records = json.loads(trace_file.read_text())
+    assert {record["model_name"] for record in records if "model_name" in record} == {"add_sub"}
+    assert len({record["id"] for record in records}) == 1  # the request after the change only
 
 
 class _OtlpReceiver(ThreadingHTTPServer):
