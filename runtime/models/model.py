@@ -161,9 +161,9 @@ class ModelVersion:
         return self._executor is not None and bool(self.instances)
 
     async def infer(self, request: InferRequest, batch_size: int) -> dict[str, np.ndarray]:
-        """Run one request through the scheduler; its outcome and timings go into :attr:`stats`.  The caller
-        found the version :attr:`ready` (``ModelManager.get``) in this turn of the loop: what can have changed since
-        is its state only."""
+        """Run one request through the scheduler; its outcome and timings go into :attr:`stats`.  The core found
+        the version :attr:`ready` (``ModelManager.get``) just before, so only its state is checked again here (an
+        instance lost since then holds the request in the queue until it is back, as for a queued one)."""
         if self.state is not ModelState.READY or self.scheduler is None:
             raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
         started = time.perf_counter_ns()
