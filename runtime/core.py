@@ -20,11 +20,12 @@ from runtime.extensions.log_settings import ServerLog
 from runtime.extensions.response_cache import ResponseCache, through_cache
 from runtime.extensions.shared_memory import SharedMemoryRegistry, resolve_inputs, write_outputs
 from runtime.extensions.tracing import Trace, Tracer
-from runtime.models.config import ModelSpec
 from runtime.models.control import ModelControl
-from runtime.models.manager import ModelManager, parse_version
+from runtime.models.lookup import parse_version
+from runtime.models.manager import ModelManager
 from runtime.models.model import ModelVersion
 from runtime.models.on_demand import OnDemandLoader
+from runtime.models.spec import ModelSpec
 from runtime.scheduling.streaming import stream_responses
 from runtime.tensor_pool import TensorPool
 from runtime.types import InferRequest, InferResponse, InferTensor, ModelOutputs, RequestedOutput, StreamResponse

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from runtime.errors import ModelLoadError, ServingError
-from runtime.models.config import ModelSpec
+from runtime.models.spec import ModelSpec
 from runtime.types import InferRequest
 
 # How long one execution may run (server.execute_timeout_seconds; a Python model's execute_timeout_seconds parameter

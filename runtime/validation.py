@@ -16,7 +16,7 @@ import numpy as np
 from runtime.datatypes import DATATYPES, MAX_ELEMENTS, deserialize_bytes, element_count, numpy_dtype, wire_dtype
 from runtime.errors import InvalidArgument
 from runtime.extensions.classification import requested_count
-from runtime.models.config import ModelSpec, TensorSpec
+from runtime.models.spec import ModelSpec, TensorSpec
 from runtime.types import InferRequest, InferTensor
 
 BATCH_NOTE = (

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from runtime.errors import ModelLoadError
-from runtime.models.config import VersionPolicy, parse_model_config
+from runtime.models.config import parse_model_config
+from runtime.models.spec import VersionPolicy
 
 ONNX = """
 platform: "onnxruntime_onnx"

@@ -99,24 +99,3 @@ def test_an_unknown_model_is_refused(repository):
             with pytest.raises(NotFound):
                 service.model_metadata("nonexistent")
     asyncio.run(main())
-
-
-def test_the_serving_config_is_found_without_asking_readiness(repository):
-    async def main():
-        async with core(repository, model_control="explicit") as service:
-            manager = service.manager
-            assert manager.serving_spec("simple") is None  # not loaded
-            await service.load_model("simple")
-            await service.load_model("versioned")
-            assert manager.serving_spec("simple").name == "simple"  # its one version
-            assert manager.serving_spec("simple", "1").name == "simple"
-            assert manager.serving_spec("versioned", "2").name == "versioned"
-            # the plain cases only: several versions with none named, one not in service, a version Triton reads
-            # differently ("-1": the newest) or not at all, an unknown model; the full lookup answers those
-            for name, version in (("versioned", ""), ("versioned", "1"), ("versioned", "-1"), ("versioned", "2x"),
-                                  ("versioned", "9" * 40), ("versioned", "\u0662"), ("nonexistent", "")):
-                assert manager.serving_spec(name, version) is None
-            assert not service.is_decoupled("versioned") and not service.is_decoupled("versioned", "-1")
-            with pytest.raises(NotFound):
-                service.is_decoupled("nonexistent")
-    asyncio.run(main())

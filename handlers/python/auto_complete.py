@@ -15,8 +15,8 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from runtime.errors import ModelLoadError
-from runtime.models.config import config_to_json_dict
 from runtime.models.repository import PYTHON_MODEL_FILE, newest_model_file
+from runtime.models.spec import config_to_json_dict
 from runtime.protocol.model_config_pb2 import ModelConfig
 
 AUTO_COMPLETE_TIMEOUT = 120.0

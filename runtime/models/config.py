@@ -1,29 +1,28 @@
-"""Model configuration: ``config.pbtxt`` parsed with Triton's ModelConfig message.
-
-:func:`parse_model_config` turns the text into a :class:`ModelSpec`, the typed
-view every other module uses; the protobuf message is kept for the config
-endpoints and the Python backend's ``args["model_config"]``.
+"""Model configuration read: ``config.pbtxt`` parsed with Triton's ModelConfig message, checked, its defaults
+filled in as Triton fills them, and turned into the :class:`~runtime.models.spec.ModelSpec` every other module uses
+(``runtime/models/spec.py``).
 """
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import dataclass, field
-from typing import NamedTuple
-
-import numpy as np
 from google.protobuf import json_format, text_format
-from google.protobuf.descriptor import FieldDescriptor
 
-from runtime.datatypes import DATATYPES, WIRE_DTYPES, config_type_to_datatype
+from runtime.datatypes import DATATYPES, config_type_to_datatype
 from runtime.errors import ModelLoadError
 from runtime.models.config_support import check_supported
+from runtime.models.spec import (
+    ENSEMBLE,
+    DynamicBatchingSpec,
+    InstanceGroupSpec,
+    ModelConfig,
+    ModelSpec,
+    QueuePolicy,
+    TensorSpec,
+    VersionPolicy,
+)
 from runtime.protocol import model_config_pb2
-from runtime.scheduling.ensemble_config import EnsembleStep, ensemble_steps
-from runtime.scheduling.sequence_config import SequenceSpec, sequence_spec
-
-ModelConfig = model_config_pb2.ModelConfig
+from runtime.scheduling.ensemble_config import ensemble_steps
+from runtime.scheduling.sequence_config import sequence_spec
 
 # platform / backend string -> handler name and its default model file name.
 _HANDLER_BY_PLATFORM = {
@@ -35,7 +34,6 @@ _HANDLER_BY_PLATFORM = {
     "python": "python",
     "ensemble": "ensemble",
 }
-ENSEMBLE = "ensemble"
 _HANDLER_BY_BACKEND = {"onnxruntime": "onnxruntime", "pytorch": "pytorch", "python": "python", "openvino": "openvino",
                        "tensorrt": "tensorrt"}
 # TensorFlow's backend serves two formats: the platform says which (Triton requires it).
@@ -47,152 +45,6 @@ _BACKEND_BY_HANDLER = {"tensorflow_savedmodel": "tensorflow", "tensorflow_graphd
 DEFAULT_MODEL_FILENAMES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "python": "model.py",
                            "openvino": "model.xml", "tensorflow_savedmodel": "model.savedmodel",
                            "tensorflow_graphdef": "model.graphdef", "tensorrt": "model.plan"}
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """An input or output as the config declares it (dims exclude the batch dim)."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None = None
-    optional: bool = False
-    allow_ragged_batch: bool = False
-    label_filename: str = ""  # an output's class labels, one per line (the classification extension)
-
-
-class ExactInput(NamedTuple):
-    """What a request's input must be, exactly, for the one-pass check (``ModelSpec.exact_inputs``)."""
-
-    datatype: str
-    dims: tuple[int, ...]  # -1: any size
-    dtype: np.dtype  # the wire (little-endian) dtype
-    row_bytes: int  # bytes per batch row (the whole tensor without batching); 0 where a dim is -1
-
-
-@dataclass(frozen=True)
-class InstanceGroupSpec:
-    kind: str  # KIND_GPU, KIND_CPU, KIND_MODEL (KIND_AUTO is resolved when the config is read)
-    count: int
-    gpus: tuple[int, ...] = ()
-    name: str = ""
-    rate_limiter_resources: tuple[tuple[str, int], ...] = ()  # held while executing (--rate-limit=execution_count)
-    rate_limiter_priority: int = 0
-
-    def instance_names(self) -> list[str]:
-        """Triton's instance names: ``<group name>_<index>``."""
-        return [f"{self.name}_{index}" for index in range(self.count)]
-
-    def placed(self) -> list[tuple[str, int]]:
-        """(name, device id) of each instance: the group's instances take its GPUs in turn."""
-        return [(name, self.gpus[index % len(self.gpus)] if self.gpus else 0)
-                for index, name in enumerate(self.instance_names())]
-
-
-@dataclass(frozen=True)
-class VersionPolicy:
-    """Which numbered versions to serve: ``latest`` n, ``all``, or ``specific`` ones."""
-
-    kind: str = "latest"
-    num_versions: int = 1
-    versions: tuple[int, ...] = ()
-
-    def select(self, available: list[int]) -> list[int]:
-        """The versions to load, ascending, out of those on disk."""
-        ordered = sorted(set(available))
-        if self.kind == "all":
-            return ordered
-        if self.kind == "specific":
-            return [v for v in ordered if v in self.versions]
-        return ordered[-self.num_versions :] if self.num_versions > 0 else []
-
-
-@dataclass(frozen=True)
-class QueuePolicy:
-    max_queue_size: int = 0  # 0: unbounded in Triton; we apply a server default
-    default_timeout_microseconds: int = 0
-    timeout_action: str = "REJECT"
-    allow_timeout_override: bool = False
-
-
-@dataclass(frozen=True)
-class DynamicBatchingSpec:
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_delay_microseconds: int = 0
-    queue_policy: QueuePolicy = field(default_factory=QueuePolicy)
-    priority_levels: int = 0  # 0: one queue; else levels 1 (taken first) .. priority_levels
-    default_priority_level: int = 0  # a request's level when it names none, or one out of range
-    priority_queue_policies: dict[int, QueuePolicy] = field(default_factory=dict)  # a level's own policy
-
-    def queue_policy_of(self, level: int) -> QueuePolicy:
-        return self.priority_queue_policies.get(level, self.queue_policy)
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Typed, validated model configuration."""
-
-    name: str
-    handler: str  # onnxruntime | pytorch | python | ensemble
-    platform: str
-    backend: str
-    max_batch_size: int
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    instance_groups: tuple[InstanceGroupSpec, ...]
-    version_policy: VersionPolicy
-    dynamic_batching: DynamicBatchingSpec | None
-    parameters: dict[str, str]
-    default_model_filename: str
-    proto: ModelConfig = field(repr=False, compare=False)
-    decoupled: bool = False  # model_transaction_policy { decoupled: true }
-    steps: tuple[EnsembleStep, ...] = ()  # ensemble_scheduling (platform "ensemble")
-    response_cache: bool = False  # response_cache { enable: true }
-    sequence: SequenceSpec | None = None  # sequence_batching (a stateful model)
-    ignored_fields: tuple[str, ...] = ()  # warnings: config fields set that are not honoured (config_support)
-    # every input by name when all are required and of fixed-size datatypes (else empty): a request that matches
-    # exactly is validated in a few comparisons per input (validation.py)
-    exact_inputs: dict[str, ExactInput] = field(init=False, repr=False, compare=False, default_factory=dict)
-    reshaped_outputs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
-    reshapes_inputs: bool = field(init=False, repr=False, compare=False, default=False)  # any input's reshape set
-
-    @property
-    def is_ensemble(self) -> bool:
-        return self.handler == ENSEMBLE
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_inputs_by_name", {t.name: t for t in self.inputs})
-        object.__setattr__(self, "_outputs_by_name", {t.name: t for t in self.outputs})
-        object.__setattr__(self, "reshaped_outputs", frozenset(t.name for t in self.outputs if t.reshape is not None))
-        object.__setattr__(self, "reshapes_inputs", any(t.reshape is not None for t in self.inputs))
-        if all(not t.optional and t.datatype in WIRE_DTYPES for t in self.inputs):
-            object.__setattr__(self, "exact_inputs", {
-                t.name: ExactInput(t.datatype, tuple(t.dims), WIRE_DTYPES[t.datatype],
-                                   0 if -1 in t.dims else math.prod(t.dims) * WIRE_DTYPES[t.datatype].itemsize)
-                for t in self.inputs})
-
-    def input(self, name: str) -> TensorSpec | None:
-        return self._inputs_by_name.get(name)
-
-    def output(self, name: str) -> TensorSpec | None:
-        return self._outputs_by_name.get(name)
-
-    def instance_needs(self) -> list[tuple[tuple[tuple[str, int], ...], int]]:
-        """Each instance's rate-limiter resources and priority, in the order instances are created."""
-        return [(group.rate_limiter_resources, group.rate_limiter_priority)
-                for group in self.instance_groups for _ in range(group.count)]
-
-    @property
-    def instance_count(self) -> int:
-        return max(1, sum(group.count for group in self.instance_groups))
-
-    def to_json_dict(self) -> dict:
-        """The config as Triton's ``/config`` endpoint prints it (int64 fields as numbers)."""
-        return config_to_json_dict(self.proto)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_json_dict())
 
 
 def _tensor_spec(message, kind: str, model: str) -> TensorSpec:
@@ -424,49 +276,3 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
         sequence=sequence_spec(config, folder_name),
         ignored_fields=tuple(check_supported(config, folder_name)),
     )
-
-
-_INT64_TYPES = {
-    FieldDescriptor.TYPE_INT64,
-    FieldDescriptor.TYPE_UINT64,
-    FieldDescriptor.TYPE_SINT64,
-    FieldDescriptor.TYPE_FIXED64,
-    FieldDescriptor.TYPE_SFIXED64,
-}
-
-
-def _as_triton_prints(value: object, descriptor) -> object:
-    """json_format's output as Triton prints a config: int64 fields as numbers, and each message's fields in the
-    .proto's declaration order (json_format puts the fields that are set first, defaults after)."""
-    if not isinstance(value, dict):
-        return value
-    printed = {}
-    for field_descriptor in descriptor.fields:
-        key = field_descriptor.name
-        if key not in value:
-            continue
-        item = value[key]
-        if field_descriptor.type in _INT64_TYPES:
-            item = [int(x) for x in item] if isinstance(item, list) else int(item)
-        elif field_descriptor.message_type is not None:
-            sub = field_descriptor.message_type
-            if sub.GetOptions().map_entry:
-                value_type = sub.fields_by_name["value"].message_type
-                if value_type is not None:
-                    item = {map_key: _as_triton_prints(entry, value_type) for map_key, entry in item.items()}
-            elif isinstance(item, list):
-                item = [_as_triton_prints(element, sub) for element in item]
-            else:
-                item = _as_triton_prints(item, sub)
-        printed[key] = item
-    return printed
-
-
-def config_to_json_dict(config: ModelConfig) -> dict:
-    data = json_format.MessageToDict(
-        config, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
-    scheduling = data.get("ensemble_scheduling")
-    if scheduling is not None and not scheduling.get("max_inflight_requests"):
-        del scheduling["max_inflight_requests"]  # newer than Triton 2.51's config: it prints no such field
-    return _as_triton_prints(data, config.DESCRIPTOR)

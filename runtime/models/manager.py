@@ -5,55 +5,28 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from runtime.errors import InvalidArgument, ModelLoadError, NotFound, Unavailable
+from runtime.errors import ModelLoadError
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, HandlerRegistry, ServerServices
-from runtime.models.config import ENSEMBLE, ModelSpec
+from runtime.models.lookup import LoadedModels, ModelEntry
 from runtime.models.model import UNLOADED, ModelState, ModelVersion
 from runtime.models.repository import CONFIG_FILE, ModelRepository
+from runtime.models.spec import ENSEMBLE, ModelSpec
 from runtime.scheduling.ensemble import EnsembleVersion, check_composing_models
-from runtime.scheduling.ensemble_config import composing_models, load_order
+from runtime.scheduling.ensemble_config import load_order
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
 from runtime.scheduling.wait_graph import WaitGraph
 
 logger = logging.getLogger(__name__)
-_LEADING_INTEGER = re.compile(r"\s*[+-]?\d+")
 
 
-@dataclass
-class ModelEntry:
-    """A model folder: its config (if it parsed) and its versions."""
-
-    name: str
-    spec: ModelSpec | None = None
-    reason: str = ""
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
-    config_digest: str = ""  # config.pbtxt as of the last load attempt
-    attempted: dict[int, str] = field(default_factory=dict)  # version -> folder signature, last attempt
-    config_error: str = ""  # why the last load attempt could not use the config
-    version_errors: dict[int, str] = field(default_factory=dict)  # version -> why it failed, last attempt
-    removed: bool = False  # its folder left the repository: unloaded, and no longer listed
-
-    def ready_versions(self) -> list[int]:
-        return sorted(v for v, m in self.versions.items() if m.ready)
-
-    def newest_ready(self) -> ModelVersion | None:
-        """The ready version with the highest number, if any."""
-        if len(self.versions) == 1:  # the common case, without sorting
-            (only,) = self.versions.values()
-            return only if only.ready else None
-        ready = self.ready_versions()
-        return self.versions[ready[-1]] if ready else None
-
-
-class ModelManager:
-    """Owns every loaded model; knows nothing of protocols."""
+class ModelManager(LoadedModels):
+    """Owns every loaded model (loading, reloading, retiring; the lookups are :class:`LoadedModels`'); knows
+    nothing of protocols."""
 
     def __init__(
         self,
@@ -67,7 +40,7 @@ class ModelManager:
         rate_limiter: RateLimiter | None = None,
         handlers: HandlerRegistry | None = None,
     ) -> None:
-        self.repository = repository
+        super().__init__(repository)
         self.handlers = handlers  # the backends' registry (handler name -> class), from the composition root
         self.rate_limiter = rate_limiter  # --rate-limit=execution_count: shared by every model version
         self.max_queue_size = max_queue_size
@@ -76,9 +49,6 @@ class ModelManager:
         self.waits = WaitGraph()  # every version's executions and the waits between them (BLS cycles)
         self.use_gpu = use_gpu
         self.drain_timeout = drain_timeout
-        self.models: dict[str, ModelEntry] = {}
-        self.external_failures: dict[str, str] = {}  # model -> reason, from outside (e.g. storage sync)
-        self.listed_elsewhere: set[str] = set()  # models of object storage not synced yet (on-demand loading)
         self._load_slots = asyncio.Semaphore(load_concurrency)
         self._model_locks: dict[str, asyncio.Lock] = {}
         self._retiring: set[asyncio.Task] = set()
@@ -182,7 +152,7 @@ class ModelManager:
             spec = await asyncio.to_thread(self.repository.read_spec, name, config_override)
             versions = self.repository.select_versions(spec)
             if spec.is_ensemble:
-                spec = check_composing_models(spec, self._loaded_spec)
+                spec = check_composing_models(spec, self.loaded_spec)
         except ModelLoadError as exc:
             return self._record_failure(name, old, serving, str(exc), digest)
         config_same = old is not None and old.spec is not None and old.spec.proto == spec.proto
@@ -317,118 +287,6 @@ class ModelManager:
         while self._retiring:
             await asyncio.gather(*list(self._retiring), return_exceptions=True)
 
-    # -- lookups -------------------------------------------------------------------
-    def dependents(self, name: str) -> list[str]:
-        """The loaded ensembles that call ``name``, directly or through other ensembles (callers last)."""
-        found: list[str] = []
-        frontier = [name]
-        while frontier:
-            callee = frontier.pop()
-            for entry in self.models.values():
-                spec = entry.spec
-                if (spec is not None and spec.is_ensemble and entry.name not in found and entry.name != name
-                        and callee in composing_models(spec.steps)
-                        and any(m.in_service for m in entry.versions.values())):
-                    found.append(entry.name)
-                    frontier.append(entry.name)
-        return found
-
-    def _loaded_spec(self, name: str, version: int) -> ModelSpec | None:
-        """The config of a ready model version (``version`` -1: the newest), None if there is none."""
-        entry = self.models.get(name)
-        if entry is None or entry.spec is None:
-            return None
-        model_version = entry.newest_ready() if version < 0 else entry.versions.get(version)
-        return model_version.spec if model_version is not None and model_version.ready else None
-
-    def serving_spec(self, name: str, version: str = "") -> ModelSpec | None:
-        """The config of the version a request for ``name`` goes to, when that is plain: the version asked for,
-        or the model's only one, in service (its readiness not asked: :meth:`get` does that for the request
-        itself).  None otherwise (unknown, not in service, several versions without one asked for)."""
-        entry = self.models.get(name)
-        if entry is None:
-            return None
-        versions = entry.versions
-        if version:
-            plain = len(version) < 19 and version.isascii() and version.isdigit()
-            model_version = versions.get(int(version)) if plain else None
-        elif len(versions) == 1:
-            (model_version,) = versions.values()
-        else:
-            return None
-        return model_version.spec if model_version is not None and model_version.in_service else None
-
-    def get(self, name: str, version: str = "") -> ModelVersion:
-        """The ready version asked for (or the newest ready one), in Triton's words when there is none:
-        NotFound for an unknown or failed model or version, Unavailable while a loaded version's instances
-        are all being restarted; our reason follows Triton's text."""
-        entry = self.models.get(name)
-        if entry is None:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
-        number = parse_version(version)
-        if entry.spec is None:  # its config did not parse: Triton never knew the model
-            raise NotFound(f"Request for unknown model: '{name}' is not found" + _detail(entry.reason))
-        if number is not None:
-            model_version = entry.versions.get(number)
-            if model_version is None:
-                raise NotFound(f"Request for unknown model: '{name}' version {number} is not found")
-            if not model_version.ready:
-                error = Unavailable if model_version.in_service else NotFound  # 503: its workers are restarting
-                raise error(f"Request for unknown model: '{name}' version {number} is not at ready state"
-                            + _detail(model_version.status()[1]))
-            return model_version
-        newest = entry.newest_ready()
-        if newest is None:
-            reason = entry.reason or "; ".join(r for m in entry.versions.values() if (r := m.status()[1]))
-            error = Unavailable if any(m.in_service for m in entry.versions.values()) else NotFound
-            raise error(f"Request for unknown model: '{name}' has no available versions" + _detail(reason))
-        return newest
-
-    def entry(self, name: str) -> ModelEntry:
-        entry = self.models.get(name)
-        if entry is None:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
-        return entry
-
-    def index(self) -> list[dict]:
-        """Triton's repository index: one row per model version (or per failed model)."""
-        rows: list[dict] = []
-        names = (set(self.repository.model_names()) | set(self.models) | set(self.external_failures)
-                 | self.listed_elsewhere)
-        for name in sorted(names):
-            entry = self.models.get(name)
-            if entry is not None and entry.removed:
-                continue
-            if entry is None:
-                reason = self.external_failures.get(name, "")
-                rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": reason} if reason
-                            else {"name": name})
-            elif not entry.versions:
-                rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": entry.reason})
-            else:
-                for version, model_version in sorted(entry.versions.items()):
-                    state, reason = model_version.status()
-                    row = {"name": name, "version": str(version), "state": state}
-                    rows.append(row | {"reason": reason} if reason else row)
-        return rows
-
-    def all_ready(self) -> bool:
-        """Whether every model the server tried to load (and was not told to unload) is ready."""
-        for name in set(self.models) | set(self.external_failures):
-            entry = self.models.get(name)
-            if entry is None or not entry.ready_versions():
-                if entry is None or entry.reason != UNLOADED:
-                    return False
-                continue
-            if any(not m.ready for m in entry.versions.values() if not m.retired):
-                return False
-        return True
-
-    def require_known(self, name: str) -> None:
-        """Explicit loads take only model names that are folders of the repository."""
-        if name not in self.repository.model_names() and name not in self.models:
-            raise InvalidArgument(f"failed to load '{name}': no such model folder in the repository")
-
     async def unload_all(self, deadline: float | None = None) -> None:
         """Drain in-flight requests, then unload (finalize) every model version, all by ``deadline``."""
         for entry in self.models.values():
@@ -436,22 +294,6 @@ class ModelManager:
                 if model_version.loaded and model_version.state is not ModelState.UNLOADING:
                     self._retire(model_version, deadline)  # those already UNLOADING are being retired
         await self.wait_retired()
-
-
-def parse_version(version: str) -> int | None:
-    """A requested version as Triton reads it (C++ ``stol``: the leading integer); None for the newest."""
-    if not version:
-        return None
-    match = _LEADING_INTEGER.match(version)
-    if match is None:
-        raise InvalidArgument(f"failed to get model version from specified version string '{version[:64]}' "
-                              "(details: stol), version should be an integral value > 0")
-    number = int(match.group(0))
-    return None if number == -1 else number
-
-
-def _detail(reason: str) -> str:
-    return f": {reason}" if reason else ""
 
 
 def _instances(spec: ModelSpec) -> list[tuple[str, str, int]]:

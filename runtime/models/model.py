@@ -15,7 +15,7 @@ import numpy as np
 from runtime.errors import ModelLoadError, ServingError, Unavailable
 from runtime.extensions.classification import load_labels
 from runtime.handler import HandlerContext, HandlerRegistry, ModelHandler, first_load_alone
-from runtime.models.config import ModelSpec
+from runtime.models.spec import ModelSpec
 from runtime.models.warmup import run_warmup
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler

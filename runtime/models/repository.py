@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runtime.errors import ModelLoadError
-from runtime.models.config import ModelSpec, read_model_config, read_model_config_json, spec_from_config
+from runtime.models.config import read_model_config, read_model_config_json, spec_from_config
+from runtime.models.spec import ModelSpec
 from runtime.protocol.model_config_pb2 import ModelConfig
 
 # Completes a model's config as written (Triton's auto-complete: a Python model's auto_complete_config, an ONNX

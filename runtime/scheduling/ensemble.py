@@ -20,8 +20,8 @@ import numpy as np
 
 from runtime.errors import ModelLoadError, ServingError
 from runtime.handler import ServerServices
-from runtime.models.config import ModelSpec, TensorSpec
 from runtime.models.model import ModelState, ModelVersion
+from runtime.models.spec import ModelSpec, TensorSpec
 from runtime.scheduling.ensemble_config import EnsembleStep, composing_models
 from runtime.scheduling.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor, ModelOutputs, RequestedOutput, StreamItem

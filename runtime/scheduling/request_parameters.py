@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from runtime.errors import InvalidArgument
-from runtime.models.config import QueuePolicy
+from runtime.models.spec import QueuePolicy
 from runtime.types import InferRequest
 
 

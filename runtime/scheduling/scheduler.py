@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, Unavailable
 from runtime.handler import REQUEUE, ExecutionTiming, ModelHandler, RequestResult, Reschedule, TensorHandler
-from runtime.models.config import ModelSpec, QueuePolicy
+from runtime.models.spec import ModelSpec, QueuePolicy
 from runtime.scheduling.batch_forming import BatchForming, QueuedRequest, batch_signature
 from runtime.scheduling.batch_run import run_concatenated, trace_compute
 from runtime.scheduling.priority_queue import PriorityQueues
