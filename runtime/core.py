@@ -13,6 +13,7 @@ import numpy as np
 from runtime import __version__
 from runtime.datatypes import datatype_of
 from runtime.errors import InternalError, InvalidArgument, NotFound, ServingError, Unavailable, Unsupported
+from runtime.extensions.classification import PARAMETER as CLASSIFICATION
 from runtime.extensions.classification import classify, requested_count
 from runtime.extensions.cuda_shared_memory import CudaSharedMemoryRegistry
 from runtime.extensions.custom_metrics import CustomMetrics
@@ -351,25 +352,27 @@ class InferenceService:
         spec = model.spec
         wanted = (_in_config_order(spec, request.outputs) if request.outputs
                   else [(name, None) for name in _output_names(spec, arrays)])
+        reshaped = spec.reshaped_outputs
         outputs: list[InferTensor] = []
         for name, parameters in wanted:
             array = arrays.get(name)
-            if array is None and not complete:
-                continue
             if array is None:
+                if not complete:
+                    continue
                 raise InternalError(f"model '{spec.name}' did not produce output '{name}'")
-            if name in spec.reshaped_outputs:
+            if reshaped and name in reshaped:
                 declared = spec.output(name)
                 if declared.dims.count(-1) <= 1:
                     batch = [array.shape[0]] if spec.max_batch_size > 0 else []
                     array = array.reshape(batch + list(declared.dims))
-            if parameters and (count := requested_count(parameters)):
-                array = classify(array, count, model.labels.get(name, []), spec.max_batch_size > 0)
+            if parameters:
+                if CLASSIFICATION in parameters and (count := requested_count(parameters)):
+                    array = classify(array, count, model.labels.get(name, []), spec.max_batch_size > 0)
+                parameters = dict(parameters)
             # numpy's shape: a tuple of ints already
-            outputs.append(InferTensor(name, datatype_of(array), array.shape, array, dict(parameters) if parameters
-                                       else {}))
-        return InferResponse(spec.name, str(model.version), request.id, outputs,
-                             dict(getattr(arrays, "parameters", {})))
+            outputs.append(InferTensor(name, datatype_of(array), array.shape, array, parameters or {}))
+        returned = getattr(arrays, "parameters", None)
+        return InferResponse(spec.name, str(model.version), request.id, outputs, dict(returned) if returned else {})
 
 
 def _in_config_order(spec: ModelSpec, requested: list[RequestedOutput]) -> list[tuple[str, dict]]:

@@ -7,6 +7,9 @@ import pytest
 from runtime.errors import ModelLoadError
 from runtime.models.config import parse_model_config
 from runtime.models.spec import VersionPolicy
+from runtime.scheduling.batch_forming import batch_signature
+from runtime.types import InferRequest, InferTensor
+from runtime.validation import validate_request
 
 ONNX = """
 platform: "onnxruntime_onnx"
@@ -143,3 +146,28 @@ def test_config_json_keys_in_the_proto_order_as_triton_prints_them():
                               "output"]
     assert list(data["input"][0])[:4] == ["name", "data_type", "format", "dims"]
     assert list(data["instance_group"][0])[:3] == ["name", "kind", "count"]
+
+
+FIXED = """
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "B" data_type: TYPE_INT32 dims: [ 2, 3 ] }, { name: "A" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+def test_a_fixed_input_signature_is_every_valid_requests_batch_signature():
+    spec = parse_model_config(FIXED, "fixed")
+    for rows in (1, 5):
+        request = InferRequest("fixed", inputs=[
+            InferTensor("A", "FP32", (rows, 4), None, {}, bytes(rows * 16)),
+            InferTensor("B", "INT32", (rows, 2, 3), None, {}, bytes(rows * 24))])
+        validate_request(spec, request)
+        assert spec.fixed_input_signature == batch_signature(request, batched=True)
+    # where valid requests may differ past the batch dim, or be reshaped first, each is asked its own
+    declared = '{ name: "A" data_type: TYPE_FP32 dims: [ 4 ] }'
+    for other in ('dims: [ -1 ]', 'dims: [ 4 ] optional: true', 'dims: [ 4 ] reshape: { shape: [ 2, 2 ] }',
+                  'dims: [ 4 ] allow_ragged_batch: true'):
+        config = FIXED.replace(declared, '{ name: "A" data_type: TYPE_FP32 ' + other + ' }')
+        assert config != FIXED
+        assert parse_model_config(config, "fixed").fixed_input_signature is None, other

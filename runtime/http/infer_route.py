@@ -88,7 +88,7 @@ class InferRoute:
                 if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
                     budgeted += self.json_budget.take(size)  # budget what arrived
                 into = None
-                if header_length is not None:  # a binary body: its tensors follow the JSON header, aligned
+                if header_length is not None and len(chunks) > 1:  # a binary body joined: its tensors aligned
                     into = partial(self.service.tensor_buffer, aligned_at=_number(header_length))
                 work = (chunks or [b""], encoding or "identity", self.max_body_bytes, header_length, name, version,
                         into)

@@ -132,6 +132,9 @@ class ModelSpec:
     exact_inputs: dict[str, ExactInput] = field(init=False, repr=False, compare=False, default_factory=dict)
     reshaped_outputs: frozenset[str] = field(init=False, repr=False, compare=False, default=frozenset())
     reshapes_inputs: bool = field(init=False, repr=False, compare=False, default=False)  # any input's reshape set
+    # what every valid request's inputs look like past the batch dim, when that is fixed (every input required,
+    # its dims fixed, not reshaped, not ragged): the batch signature of them all (scheduling/batch_forming.py)
+    fixed_input_signature: tuple | None = field(init=False, repr=False, compare=False, default=None)
 
     @property
     def is_ensemble(self) -> bool:
@@ -147,6 +150,10 @@ class ModelSpec:
                 t.name: ExactInput(t.datatype, tuple(t.dims), WIRE_DTYPES[t.datatype],
                                    0 if -1 in t.dims else math.prod(t.dims) * WIRE_DTYPES[t.datatype].itemsize)
                 for t in self.inputs})
+        if self.inputs and all(not t.optional and -1 not in t.dims and t.reshape is None and not t.allow_ragged_batch
+                               for t in self.inputs):
+            object.__setattr__(self, "fixed_input_signature",
+                               tuple(sorted((t.name, t.datatype, tuple(t.dims)) for t in self.inputs)))
 
     def input(self, name: str) -> TensorSpec | None:
         return self._inputs_by_name.get(name)

@@ -13,16 +13,15 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, Unavailable
 from runtime.handler import REQUEUE, ExecutionTiming, ModelHandler, RequestResult, Reschedule, TensorHandler
 from runtime.models.spec import ModelSpec, QueuePolicy
 from runtime.scheduling.batch_forming import BatchForming, QueuedRequest, batch_signature
-from runtime.scheduling.batch_run import run_concatenated, trace_compute
+from runtime.scheduling.batch_run import BatchExecution, trace_compute
 from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.request_parameters import queue_timeout, requested_priority
-from runtime.scheduling.run_placement import INLINE_SECONDS, Placement, RunPlacement
+from runtime.scheduling.run_placement import INLINE_SECONDS
 from runtime.scheduling.stats import ModelStatistics
 from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest
@@ -53,7 +52,6 @@ class Scheduler:
         rate_limiter: RateLimiter | None = None,  # the server's, when --rate-limit=execution_count
     ) -> None:
         self.spec = spec
-        self.executor = executor
         self.stats = stats
         batching = spec.dynamic_batching
         self.batching = (batching is not None or batch_always) and spec.max_batch_size > 0
@@ -71,7 +69,6 @@ class Scheduler:
                           for policy in policies]
         self.queue: PriorityQueues[QueuedRequest] = PriorityQueues(batching.priority_levels if batching else 0,
                                                             batching.default_priority_level if batching else 0)
-        self.placement = RunPlacement()  # tensor models: each batch on the loop or in a worker thread
         self._instances = instances
         self._running: dict[ModelHandler, float] = {}  # instance -> when its current execution began (monotonic)
         self._waits = waits if waits is not None else WaitGraph()
@@ -85,10 +82,14 @@ class Scheduler:
         # queued requests handed over together: to one instance (with more, it could leave another idle) that
         # acquires no resources per execution, and not a sequence's (the sequence batcher orders those)
         lone = instances[0] if len(instances) == 1 and not (self._needs or self.batching or batch_always) else None
+        self.execution = BatchExecution(spec, executor, self.batching, self.concatenate)
+        self.placement = self.execution.placement  # tensor models: each batch on the loop or in a worker thread
         self.forming = BatchForming(self.queue, self.batching, self.concatenate, max_batch,
                                     max(preferred) if preferred else max_batch, max_delay,
                                     None if lone is None else lambda: self._takes_separate(lone))
         self._consumers = [asyncio.create_task(self._consume(i)) for i in instances]
+        self._loop: asyncio.AbstractEventLoop | None = None  # a request's loop, asked once: in 3.11 each asking
+        # costs a getpid system call
 
     def _takes_separate(self, instance: ModelHandler) -> bool:
         """Whether queued requests go to ``instance`` together now: not where each runs on the loop (no hand-off
@@ -124,8 +125,12 @@ class Scheduler:
         caller = request.caller_execution
         if caller:
             self._waits.wait(caller, self)  # refused here if the caller could only wait forever
-        item = QueuedRequest(request, batch_size, batch_signature(request, self.batching) if self.concatenate else (),
-                             asyncio.get_running_loop().create_future(), level)
+        signature = (self.spec.fixed_input_signature or batch_signature(request, self.batching)) if self.concatenate \
+            else ()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        item = QueuedRequest(request, batch_size, signature, loop.create_future(), level)
         self.forming.note_arrival(batch_size)
         if request.trace is not None:
             request.trace.event("QUEUE_START", item.enqueued_ns)
@@ -227,7 +232,7 @@ class Scheduler:
         started = time.perf_counter_ns()
         self._running[instance] = time.monotonic()
         try:
-            results = await self._run(loop, instance, batch)
+            results = await self.execution.run(loop, instance, batch)
         except asyncio.CancelledError:  # unloading: nobody waits forever for this batch
             for item in batch:
                 if not item.future.done():
@@ -263,7 +268,7 @@ class Scheduler:
 
     def _record(self, executed: list[QueuedRequest], started: int, elapsed: int, timing: ExecutionTiming) -> None:
         """The statistics, traces and timing estimate of the executions a batch's ``executed`` requests were."""
-        executions = self._executions(executed)
+        executions = self.execution.executions(executed)
         if executions == 1:
             total = sum(item.batch_size for item in executed)
             self.stats.record_execution(total, timing.input_ns, timing.infer_ns, timing.output_ns, len(executed))
@@ -273,73 +278,3 @@ class Scheduler:
                                             timing.infer_ns // executions, timing.output_ns // executions, 1)
         trace_compute(executed, started, elapsed, timing)
         self.forming.note_execution(elapsed / 1e9 / executions)
-
-    async def _run(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler,
-                   batch: list[QueuedRequest]) -> list[RequestResult]:
-        """One execution of ``batch``: begun on the loop where the instance can (a model in another process), else
-        in a worker thread."""
-        if not self.concatenate:
-            instance.timing = ExecutionTiming()
-            requests = [item.request for item in batch]
-            separate = self._executions(batch) > 1
-            started = instance.start_separate_executions(requests) if separate else instance.start_execute(requests)
-            if started is not None:
-                return self._checked(await started.results(), len(batch))
-        placement = self._place(instance, batch)
-        if placement is not Placement.THREAD:
-            return self._execute(instance, batch, placement)
-        running = loop.run_in_executor(self.executor, self._execute, instance, batch, placement)
-        if instance.bounds_own_executions:
-            return await running
-        timer = deadline_wheel().call_later(instance.execute_timeout,
-                                            lambda: self._answer_overdue(instance, batch))
-        try:
-            return await running
-        finally:
-            timer.cancel()
-
-    def _answer_overdue(self, instance: ModelHandler, batch: list[QueuedRequest]) -> None:
-        """A thread cannot be stopped: the batch's requests get their answer now, and the instance stays held
-        (overdue: the model reports it) until the run returns, its results then dropped."""
-        error = Unavailable(f"model '{self.spec.name}' execution did not finish within "
-                            f"{instance.execute_timeout:g}s; its instance is unavailable until it does")
-        logger.error("%s", error.message)
-        for item in batch:
-            if not item.future.done():
-                item.future.set_result(error)
-
-    def _place(self, instance: ModelHandler, batch: list[QueuedRequest]) -> Placement:
-        """Where this batch runs: a CPU tensor model's may run on the loop (``run_placement.py``); requests handed
-        over together never do (their runs together could hold it long)."""
-        if (not isinstance(instance, TensorHandler) or instance.device != "cpu" or self.placement.run_seconds is None
-                or self._executions(batch) > 1):
-            return Placement.THREAD
-        return self.placement.place(sum(getattr(t.data, "nbytes", 0) for item in batch for t in item.request.inputs))
-
-    def _executions(self, batch: list[QueuedRequest]) -> int:
-        """The executions a taken batch is: one, or without batching one for each of its requests (queued requests
-        handed over together, ``batch_forming.py``)."""
-        return 1 if self.batching else len(batch)
-
-    def _checked(self, results: list[RequestResult], count: int) -> list[RequestResult]:
-        if len(results) != count:
-            error = InternalError(f"model '{self.spec.name}' returned {len(results)} results for {count}")
-            return [error] * count
-        return results
-
-    def _execute(self, instance: ModelHandler, batch: list[QueuedRequest],
-                 placement: Placement = Placement.THREAD) -> list[RequestResult]:
-        """One execution for the whole batch, or one for each of its requests where they were handed over together
-        (in a worker thread, or on the loop: see ``_place``)."""
-        requests = [item.request for item in batch]
-        instance.timing = ExecutionTiming()
-        started = time.perf_counter()
-        runs = self._executions(batch)
-        if runs > 1:
-            results = [result for request in requests for result in self._checked(instance.execute([request]), 1)]
-        elif not self.concatenate or len(batch) == 1:
-            results = instance.execute(requests)
-        else:
-            results = run_concatenated(instance, batch)
-        self.placement.record((time.perf_counter() - started) / runs, placement)
-        return self._checked(results, len(requests))
