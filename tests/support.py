@@ -206,6 +206,16 @@ IDENTITY_PYTHON_CONFIG = """
 """
 
 
+def write_add_sub_onnx(repository: Path, name: str, versions: tuple[int, ...] = (1,), extra: str = "") -> Path:
+    """An INT32 add/sub ONNX model (``examples.build_models``) in each of ``versions``, its config plus ``extra``."""
+    from examples.build_models import build_add_sub_onnx  # onnx only where a test builds one
+
+    folder = write_model(repository, name, add_sub_config('platform: "onnxruntime_onnx"', "INT32", extra))
+    for version in versions:
+        build_add_sub_onnx(folder / str(version) / "model.onnx", datatype="INT32")
+    return folder
+
+
 def add_sub_config(header: str, datatype: str = "FP32", extra: str = "") -> str:
     """The config of ``examples.build_models.build_add_sub_onnx``'s model (INPUT0, INPUT1 -> OUTPUT0 = sum,
     OUTPUT1 = difference, dims [16], max batch 8) under ``header`` (its platform or backend line), then

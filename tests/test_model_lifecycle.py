@@ -9,22 +9,17 @@ import asyncio
 import numpy as np
 import pytest
 
-from examples.build_models import build_add_sub_onnx
 from runtime.errors import InvalidArgument, NotFound, ServingError, Unavailable
 from runtime.types import InferRequest, InferTensor
-from tests.conftest import ONNX_ADD_SUB_CONFIG
 from tests.in_process import core
-from tests.support import write_model
+from tests.support import write_add_sub_onnx, write_model
 
 
 @pytest.fixture
 def repository(tmp_path):
     root = tmp_path / "models"
-    write_model(root, "simple", ONNX_ADD_SUB_CONFIG)
-    build_add_sub_onnx(root / "simple" / "1" / "model.onnx", datatype="INT32")
-    versioned = write_model(root, "versioned", ONNX_ADD_SUB_CONFIG + "version_policy: { latest { num_versions: 2 } }\n")
-    for version in (1, 2, 3):
-        build_add_sub_onnx(versioned / str(version) / "model.onnx", datatype="INT32")
+    write_add_sub_onnx(root, "simple")
+    write_add_sub_onnx(root, "versioned", (1, 2, 3), "version_policy: { latest { num_versions: 2 } }\n")
     write_model(root, "broken", 'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n', {"1/model.onnx": b"not onnx"})
     return root
 
