@@ -284,8 +284,7 @@ class InferenceService:
             batch_size = validate_request(spec, request)
             if spec.reshapes_inputs:
                 _reshape_inputs(spec, request)
-            result = await (self._run(model, request, batch_size) if spec.response_cache
-                            else model.infer(request, batch_size))
+            result = await self._run(model, request, batch_size)
             response = self._response(model, request, result)
             write_outputs(self.shared_memory, request, response)
             if trace is not None:

@@ -139,8 +139,7 @@ def _exact_batch_size(spec: ModelSpec, request: InferRequest) -> int | None:
                 return None
         elif not _fills(dims, declared.dims) or len(tensor.raw) != math.prod(shape) * declared.dtype.itemsize:
             return None
-    if len(inputs) > 1 and (inputs[0].name == inputs[1].name if len(inputs) == 2
-                            else len({tensor.name for tensor in inputs}) != len(inputs)):
+    if len({tensor.name for tensor in inputs}) != len(inputs):
         return None  # a name twice (and so another missing): the full checks word it
     for tensor in inputs:  # an array on the bytes in one call (frombuffer and reshape: twice the time)
         tensor.data = np.ndarray(tensor.shape, exact[tensor.name].dtype, tensor.raw)
