@@ -249,6 +249,21 @@ def test_a_client_deadline_cancels_the_coroutine_and_the_edge_goes_on(served):
     assert stub.ModelInfer(service_pb2.ModelInferRequest(id="after"), metadata=TOKEN, timeout=10).id == "after"
 
 
+def test_a_call_cancelled_before_its_coroutine_began_is_ended_without_running_it(served):
+    servicer, server, loop, stub = served
+    blocked = threading.Event()
+    loop.call_soon_threadsafe(lambda: (blocked.set(), time.sleep(1.0)))  # the loop takes no events meanwhile
+    assert blocked.wait(5)
+    with pytest.raises(grpc.RpcError) as info:  # its start and its cancellation reach the loop together
+        stub.ModelInfer(service_pb2.ModelInferRequest(id="sleep"), metadata=TOKEN, timeout=0.3)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert stub.ModelInfer(service_pb2.ModelInferRequest(id="after"), metadata=TOKEN, timeout=10).id == "after"
+    assert not servicer.cancelled.is_set()  # the servicer never ran for it
+    started = time.monotonic()
+    asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(20)  # no call left unended to wait for
+    assert time.monotonic() - started < 5
+
+
 def test_many_calls_at_once_each_get_their_own_answer(served):
     stub = served[3]
     futures = [stub.ModelInfer.future(service_pb2.ModelInferRequest(id=str(n)), metadata=TOKEN, timeout=30)

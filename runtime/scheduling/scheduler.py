@@ -194,7 +194,9 @@ class Scheduler:
         """Take the next batch and run it on ``instance``.  A method of its own so that nothing of a finished
         batch (requests, their tensors, views of client shared memory) stays referenced while the next is
         awaited."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # asked once: in 3.11 each asking costs a system call
+            loop = self._loop = asyncio.get_running_loop()
         if not instance.available:
             await self._wait_for_instance(instance)
         batch = await self.forming.next_batch()
