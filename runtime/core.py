@@ -13,7 +13,6 @@ import numpy as np
 from runtime import __version__
 from runtime.datatypes import datatype_of
 from runtime.errors import InternalError, InvalidArgument, NotFound, ServingError, Unavailable, Unsupported
-from runtime.extensions.classification import PARAMETER as CLASSIFICATION
 from runtime.extensions.classification import classify, requested_count
 from runtime.extensions.cuda_shared_memory import CudaSharedMemoryRegistry
 from runtime.extensions.custom_metrics import CustomMetrics
@@ -365,7 +364,7 @@ class InferenceService:
                     batch = [array.shape[0]] if spec.max_batch_size > 0 else []
                     array = array.reshape(batch + list(declared.dims))
             if parameters:
-                if CLASSIFICATION in parameters and (count := requested_count(parameters)):
+                if count := requested_count(parameters):
                     array = classify(array, count, model.labels.get(name, []), spec.max_batch_size > 0)
                 parameters = dict(parameters)
             # numpy's shape: a tuple of ints already

@@ -15,7 +15,6 @@ import numpy as np
 
 from runtime.datatypes import DATATYPES, MAX_ELEMENTS, deserialize_bytes, element_count, numpy_dtype, wire_dtype
 from runtime.errors import InvalidArgument
-from runtime.extensions.classification import PARAMETER as CLASSIFICATION
 from runtime.extensions.classification import requested_count
 from runtime.models.spec import ModelSpec, TensorSpec
 from runtime.types import InferRequest, InferTensor
@@ -106,8 +105,8 @@ def _check_outputs(spec: ModelSpec, request: InferRequest, label: str) -> None:
         declared_output = spec.output(output.name)
         if declared_output is None and spec.outputs:
             raise InvalidArgument(f"unexpected inference output '{output.name}' for model '{model}'")
-        if output.parameters and CLASSIFICATION in output.parameters and requested_count(output.parameters) \
-                and declared_output is not None and declared_output.datatype == "BYTES":
+        if output.parameters and requested_count(output.parameters) and declared_output is not None \
+                and declared_output.datatype == "BYTES":
             raise InvalidArgument(f"{label}output '{output.name}' of model '{model}' is BYTES: classification "
                                   "needs numeric scores")
 

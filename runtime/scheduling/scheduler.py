@@ -187,16 +187,14 @@ class Scheduler:
             await asyncio.sleep(_DOWN_POLL_SECONDS)
 
     async def _consume(self, instance: ModelHandler) -> None:
+        loop = asyncio.get_running_loop()  # asked once, not a batch: in 3.11 each asking costs a system call
         while True:
-            await self._serve_next(instance)
+            await self._serve_next(loop, instance)
 
-    async def _serve_next(self, instance: ModelHandler) -> None:
+    async def _serve_next(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler) -> None:
         """Take the next batch and run it on ``instance``.  A method of its own so that nothing of a finished
         batch (requests, their tensors, views of client shared memory) stays referenced while the next is
         awaited."""
-        loop = self._loop
-        if loop is None:  # asked once: in 3.11 each asking costs a system call
-            loop = self._loop = asyncio.get_running_loop()
         if not instance.available:
             await self._wait_for_instance(instance)
         batch = await self.forming.next_batch()
