@@ -127,6 +127,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
                 stream_max_bytes=settings.stream_max_bytes,
                 streams_max_bytes=settings.streams_max_bytes,
                 native_edge=settings.grpc_native_edge,
+                native_lanes=settings.grpc_native_lanes,
                 infer_threads=settings.grpc_infer_threads,
                 max_streams=settings.grpc_max_streams,
             ),

@@ -240,6 +240,15 @@ class FunctionSettings:
                 "thread-pool server (`server.grpc_infer_threads`)",
         flags=_true_or_false_flag(
             "--grpc-native-edge", "serve gRPC on grpc++'s callback server (default true; false: grpcio)"))
+    grpc_native_lanes: bool = setting(
+        True, key="server.grpc_native_lanes", check=boolean,
+        meaning="on the native edge, serve a plain ModelInfer call (no parameters, every input of the model's "
+                "datatype and shape) to a Python-backend model in grpc++'s own threads, straight to the model's "
+                "worker and back, while the model has nothing queued; the core still decides which models qualify "
+                "and counts their statistics (docs/features.md, \"Direct path\"); `false`: every call through the "
+                "event loop",
+        flags=_true_or_false_flag(
+            "--grpc-native-lanes", "plain ModelInfer calls to Python models past the event loop (default true)"))
     grpc_infer_threads: int = setting(
         256, key="server.grpc_infer_threads", check=count_or_zero,
         meaning="where gRPC is served by grpcio (`server.grpc_native_edge` false or not built): ModelInfer calls "

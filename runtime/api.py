@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from runtime.types import InferRequest, InferResponse, StreamResponse
+from runtime.direct_path import DirectModel
+from runtime.types import InferRequest, InferResponse, ModelOutputs, StreamResponse
 
 
 class InferenceApi(Protocol):
@@ -51,9 +52,16 @@ class InferenceApi(Protocol):
     def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]: ...
     def tensor_buffer(self, nbytes: int, aligned_at: int = 0) -> Any: ...  # a large request's memory, or None
 
+    # the direct path (runtime/direct_path.py): what a front end may serve past the core, in this process only
+    def direct_models(self) -> list[DirectModel]: ...
+    def note_activity(self) -> None: ...
+    def direct_response(self, request: InferRequest, outputs: ModelOutputs) -> InferResponse: ...
+
 
 API_METHODS = frozenset(name for name, value in vars(InferenceApi).items()
                         if callable(value) and not name.startswith("_"))
-# What a front end asks the owner through its link's generic call (inference travels as messages of its own; a
-# front end receives requests into its own memory).
-REMOTE_CALLS = API_METHODS - {"infer", "infer_stream", "tensor_buffer"}
+# What only the process serving a request does: a front end receives requests into its own memory, and serves
+# none past the owner's core.
+LOCAL_CALLS = frozenset({"tensor_buffer", "direct_models", "note_activity", "direct_response"})
+# What a front end asks the owner through its link's generic call (inference travels as messages of its own).
+REMOTE_CALLS = API_METHODS - {"infer", "infer_stream"} - LOCAL_CALLS

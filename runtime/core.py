@@ -8,12 +8,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-import numpy as np
-
 from runtime import __version__
-from runtime.datatypes import datatype_of
+from runtime.direct_path import DirectModel
 from runtime.errors import InternalError, InvalidArgument, NotFound, ServingError, Unavailable, Unsupported
-from runtime.extensions.classification import classify, requested_count
 from runtime.extensions.cuda_shared_memory import CudaSharedMemoryRegistry
 from runtime.extensions.custom_metrics import CustomMetrics
 from runtime.extensions.log_settings import ServerLog
@@ -21,14 +18,16 @@ from runtime.extensions.response_cache import ResponseCache, through_cache
 from runtime.extensions.shared_memory import SharedMemoryRegistry, resolve_inputs, write_outputs
 from runtime.extensions.tracing import Trace, Tracer
 from runtime.models.control import ModelControl
+from runtime.models.direct_serving import direct_models
 from runtime.models.lookup import parse_version
 from runtime.models.manager import ModelManager
 from runtime.models.model import ModelVersion
 from runtime.models.on_demand import OnDemandLoader
 from runtime.models.spec import ModelSpec
+from runtime.responses import build_response
 from runtime.scheduling.streaming import stream_responses
 from runtime.tensor_pool import TensorPool
-from runtime.types import InferRequest, InferResponse, InferTensor, ModelOutputs, RequestedOutput, StreamResponse
+from runtime.types import InferRequest, InferResponse, ModelOutputs, StreamResponse
 from runtime.validation import expected_shape, validate_request
 
 logger = logging.getLogger(__name__)
@@ -266,6 +265,22 @@ class InferenceService:
         if self._served(request) is None:
             await self._load_on_demand(request)
 
+    # -- the direct path (runtime/direct_path.py) --------------------------------
+    def direct_models(self) -> list[DirectModel]:
+        """The model versions a front end may serve plain requests of itself; none while the core does something
+        to every request (tracing, loading on demand) or is shutting down."""
+        if self.shutting_down or not self.tracer.idle or self.on_demand is not None:
+            return []
+        return direct_models(self.manager)
+
+    def note_activity(self) -> None:
+        """A front end served requests past the core (the idle timeout counts from the last)."""
+        self.last_activity = time.monotonic()
+
+    def direct_response(self, request: InferRequest, outputs: ModelOutputs) -> InferResponse:
+        """The response to a request served past the core, from its model's outputs, as :meth:`infer` builds it."""
+        return build_response(self.manager.get(request.model_name, request.model_version), request, outputs)
+
     # -- inference -------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         """One request, one response (a decoupled model's responses need :meth:`infer_stream`)."""
@@ -284,7 +299,7 @@ class InferenceService:
             if spec.reshapes_inputs:
                 _reshape_inputs(spec, request)
             result = await self._run(model, request, batch_size)
-            response = self._response(model, request, result)
+            response = build_response(model, request, result)
             write_outputs(self.shared_memory, request, response)
             if trace is not None:
                 trace.event("INFER_RESPONSE_COMPLETE")
@@ -309,7 +324,7 @@ class InferenceService:
             _reshape_inputs(model.spec, request)
             decoupled, last = model.spec.decoupled, time.perf_counter() if model.spec.decoupled else 0.0
             first = True
-            async for item in stream_responses(model, request, batch_size, self._response,
+            async for item in stream_responses(model, request, batch_size, build_response,
                                                lambda: self._run(model, request, batch_size)):
                 if item.response is not None:
                     write_outputs(self.shared_memory, request, item.response)
@@ -342,47 +357,6 @@ class InferenceService:
         if self.cache is not None and model.spec.response_cache:
             return through_cache(self.cache, model, request, lambda: model.infer(request, batch_size))
         return model.infer(request, batch_size)
-
-    def _response(self, model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray],
-                  complete: bool = True) -> InferResponse:
-        """The response built from a model's outputs; ``complete``: every requested output must be there
-        (a decoupled model's responses may each carry some of them)."""
-        spec = model.spec
-        wanted = (_in_config_order(spec, request.outputs) if request.outputs
-                  else [(name, None) for name in _output_names(spec, arrays)])
-        reshaped = spec.reshaped_outputs
-        outputs: list[InferTensor] = []
-        for name, parameters in wanted:
-            array = arrays.get(name)
-            if array is None:
-                if not complete:
-                    continue
-                raise InternalError(f"model '{spec.name}' did not produce output '{name}'")
-            if reshaped and name in reshaped:
-                declared = spec.output(name)
-                if declared.dims.count(-1) <= 1:
-                    batch = [array.shape[0]] if spec.max_batch_size > 0 else []
-                    array = array.reshape(batch + list(declared.dims))
-            if parameters:
-                if count := requested_count(parameters):
-                    array = classify(array, count, model.labels.get(name, []), spec.max_batch_size > 0)
-                parameters = dict(parameters)
-            # numpy's shape: a tuple of ints already
-            outputs.append(InferTensor(name, datatype_of(array), array.shape, array, parameters or {}))
-        returned = getattr(arrays, "parameters", None)
-        return InferResponse(spec.name, str(model.version), request.id, outputs, dict(returned) if returned else {})
-
-
-def _in_config_order(spec: ModelSpec, requested: list[RequestedOutput]) -> list[tuple[str, dict]]:
-    """Requested outputs once each, in the order the config lists them (as Triton answers): (name, parameters)."""
-    by_name = {output.name: output.parameters for output in requested}
-    ordered = [(t.name, by_name.pop(t.name)) for t in spec.outputs if t.name in by_name]
-    return ordered + list(by_name.items())
-
-
-def _output_names(spec: ModelSpec, arrays: dict[str, np.ndarray]) -> list[str]:
-    declared = [t.name for t in spec.outputs if t.name in arrays]
-    return declared + [name for name in arrays if spec.output(name) is None]
 
 
 def _reshape_inputs(spec: ModelSpec, request: InferRequest) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from runtime.direct_path import DirectChannel
 from runtime.errors import ModelLoadError, ServingError
 from runtime.models.spec import ModelSpec
 from runtime.types import InferRequest
@@ -206,6 +207,11 @@ class ModelHandler(abc.ABC):
         """Begin an execution of each of ``requests`` alone, one after another, in one hand-off (a model in another
         process: one wake-up each way for all of them, where each would pay its own); None: the scheduler runs them
         one by one in a worker thread instead."""
+        return None
+
+    def direct_channel(self) -> DirectChannel | None:
+        """A side door a front end may send plain requests through itself (``runtime/direct_path.py``): a model in
+        a worker process of its own; None (the default) where there is none now."""
         return None
 
     def cancel(self, request: InferRequest) -> None:

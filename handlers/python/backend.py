@@ -14,8 +14,11 @@ each request's sender, from ``execute`` or any thread; they reach the request's 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from handlers.base import HandlerContext, ModelHandler, RequestResult, StartedExecution
@@ -28,9 +31,17 @@ from handlers.python.runner import BlsOrigin, ModelRunner, RequestData, RunnerSp
 from handlers.python.supervisor import WorkerSupervisor
 from handlers.python.transport import DEFAULT_GROWTH_BYTES, DEFAULT_INITIAL_BYTES
 from handlers.python.worker import encode_result
+from runtime.direct_path import DIRECT_EXECUTION, DirectChannel
 from runtime.errors import ModelLoadError, ServingError, Status, Unavailable
 from runtime.thread_policy import threads_batched
 from runtime.types import InferRequest
+
+logger = logging.getLogger(__name__)
+_BLS_REQUEST = re.compile(rb"InferenceRequest\s*\(")
+
+# A direct path's buffer (runtime/direct_path.py): a request with more input bytes than this goes through the core.
+# Its pages are taken only as inputs are written into it.
+DIRECT_BUFFER_BYTES = 64 << 20
 
 
 class PythonBackendHandler(ModelHandler):
@@ -51,6 +62,7 @@ class PythonBackendHandler(ModelHandler):
         self._in_process_lock = threading.Lock()  # Triton runs one execute at a time per instance
         # the server's tensor pool: large inputs received there are read by the worker in place
         self._pool = context.services.tensor_pool if context.services is not None else None
+        self._sends_bls = True  # whether the model may send BLS requests: no side door (direct_channel) then
 
     @property
     def bounds_own_executions(self) -> bool:
@@ -100,6 +112,7 @@ class PythonBackendHandler(ModelHandler):
             self._runner = ModelRunner(self._runner_spec(), host, thread_only=True)
             self._runner.load()
             return
+        self._sends_bls = mentions_bls(Path(self.context.version_dir))
         self.supervisor.start()
         if memory_limit:
             memory_watch.watch_memory(self.label, memory_limit, self.supervisor.worker_pid,
@@ -166,6 +179,37 @@ class PythonBackendHandler(ModelHandler):
             self.supervisor.release()
             raise
 
+    def direct_channel(self) -> DirectChannel | None:
+        """The live worker's side door (``runtime/direct_path.py``); None for a model run in this process, a
+        decoupled one, or while the worker is down."""
+        worker = self.supervisor.worker
+        if self._runner is not None or self.spec.decoupled or self._sends_bls or worker is None or not worker.alive:
+            return None
+        return worker.direct_channel(DIRECT_BUFFER_BYTES, self.execute_timeout, self._direct_failure)
+
+    def _direct_failure(self, worker: WorkerLink, timed_out: bool) -> str:
+        """A request sent through the side door failed with its worker: why, in the words a batch's failure has
+        (``batch.py``); one that timed out has its worker dropped and restarted, as a batch's would."""
+        if not timed_out:
+            worker.process.join(timeout=5)
+            return f"{self.supervisor.label}: worker process {worker.exit_description()}; it is being restarted"
+        what = f"execute did not finish within {self.execute_timeout:g}s"
+        self.supervisor.hold()
+        try:
+            if self.supervisor.worker is worker:
+                self.supervisor.lose(what)
+        finally:
+            self.supervisor.release()
+        return f"{self.supervisor.label}: {what}; its worker is being restarted"
+
+    def _found_bls(self) -> None:
+        """The model sends BLS requests after all (the scan of its files missed them): its side door is no longer
+        offered (the core could not see a cycle through an execution it does not know of); the request under way
+        there finishes."""
+        if not self._sends_bls:
+            logger.warning("%s sends BLS requests: its requests go through the core from now on", self.label)
+            self._sends_bls = True
+
     def cancel(self, request: InferRequest) -> None:
         key = self.in_flight.key_of(request)
         if key is None:
@@ -218,6 +262,9 @@ class PythonBackendHandler(ModelHandler):
         services = self.context.services
         if kind == "bls":
             request, decoupled = message[2], message[3]
+            if request.get("execution") == DIRECT_EXECUTION:  # from a request served through the side door
+                self._found_bls()
+                request["execution"] = 0
             inputs = [(ref[0], link.memory.array(ref, copy=True)) for ref in request["inputs"]]
             link.release(request["inputs"])
             async for result, final in bls.run(services, request, inputs, decoupled):
@@ -234,6 +281,19 @@ class PythonBackendHandler(ModelHandler):
             answer = ("error", str(exc) if isinstance(exc, ServingError) else f"{type(exc).__name__}: {exc}")
         if call_id is not None:
             link.reply(call_id, answer)
+
+
+def mentions_bls(folder: Path, most_files: int = 200) -> bool:
+    """Whether any Python file of a model's version folder builds an ``InferenceRequest(`` (a model sends BLS
+    requests so; Triton's templates name the class in docstrings only); True where the folder cannot be read, or
+    has too many files to read them all."""
+    try:
+        for count, path in enumerate(folder.rglob("*.py")):
+            if count >= most_files or _BLS_REQUEST.search(path.read_bytes()):
+                return True
+    except OSError:
+        return True
+    return False
 
 
 def _byte_size(parameters: dict[str, str], key: str, default: int, lowest: int = 1, power: int = 34) -> int:

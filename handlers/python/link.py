@@ -12,9 +12,11 @@ import asyncio
 import itertools
 import os
 import select
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from multiprocessing.reduction import send_handle
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,6 +24,7 @@ import numpy as np
 from handlers.python.runner import RunnerSpec
 from handlers.python.template import worker_context
 from handlers.python.transport import (
+    DIRECT_SEGMENT,
     POOL_SEGMENTS,
     REQUEST_INPUT,
     Arena,
@@ -34,7 +37,9 @@ from handlers.python.transport import (
     send_pickled,
 )
 from handlers.python.worker import auto_complete_main, worker_main
+from runtime.direct_path import DirectChannel
 from runtime.errors import InternalError, ModelLoadError
+from runtime.memfd_arena import MemfdSegment
 from runtime.tensor_pool import TensorPool
 
 RETURN_BATCH = 64
@@ -93,6 +98,8 @@ class WorkerLink:
         self._finalized: Future = Future()
         self.gone: str = ""
         self._fd = self.connection.fileno()
+        self._direct: DirectChannel | None = None  # the side door, once a front end asks for it
+        self._direct_ends: tuple[socket.socket, MemfdSegment] | None = None
         self._loop = loop if loop is not None and loop.is_running() else None
         self._reader: threading.Thread | None = None
         if self._loop is not None:
@@ -124,6 +131,7 @@ class WorkerLink:
         return f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
 
     def finalize(self, timeout: float) -> bool:
+        self._close_direct(wait=True)
         try:
             self.send(("finalize",))
             self._finalized.result(timeout)
@@ -133,6 +141,7 @@ class WorkerLink:
 
     def kill(self) -> None:
         """Kill the process (if alive) and release its pipe and memory; safe to call more than once."""
+        self._close_direct()
         if self.process.exitcode is None:
             self.process.kill()
         self.process.join(timeout=5)
@@ -143,6 +152,11 @@ class WorkerLink:
             self._reader.join(timeout=5)
         self.memory.close()
         self.arena.close()
+        if self._direct_ends is not None:
+            ours, buffer = self._direct_ends
+            self._direct, self._direct_ends = None, None  # the door's failure() refers to this link: no cycle left
+            ours.close()
+            buffer.close()
 
     # -- messages -----------------------------------------------------------------------------------------
     def send(self, message: tuple) -> None:
@@ -153,6 +167,41 @@ class WorkerLink:
                                                          self._pool_announced, POOL_SEGMENTS)
             self._send_returned()
             send_pickled(self.connection, message)
+
+    def direct_channel(self, buffer_bytes: int, execute_timeout: float,
+                       failure: Callable[[WorkerLink, bool], str]) -> DirectChannel | None:
+        """This worker's side door (``runtime/direct_path.py``), opened on first asking: a socket it takes batches
+        on and answers them, and a buffer it reads their inputs from in place.  None once the worker is gone."""
+        with self._send_lock:
+            if self.gone:
+                return None
+            if self._direct is not None:
+                return self._direct
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            ours.setblocking(True)  # whatever socket.setdefaulttimeout says: both ends read whole frames
+            theirs.setblocking(True)
+            buffer = MemfdSegment(buffer_bytes, name="triton-direct")
+            try:
+                send_pickled(self.connection, ("direct",))
+                send_handle(self.connection, theirs.fileno(), self.process.pid)
+                announce_segments(self.connection, self.process.pid, [buffer], 0, DIRECT_SEGMENT)
+            except OSError:
+                ours.close()
+                buffer.close()
+                return None
+            finally:
+                theirs.close()
+            self._direct_ends = (ours, buffer)
+            self._direct = DirectChannel(ours.fileno(), buffer.fd, buffer.size, DIRECT_SEGMENT, execute_timeout,
+                                         lambda timed_out: failure(self, timed_out))
+            return self._direct
+
+    def _close_direct(self, wait: bool = False) -> None:
+        """Close the side door: before the worker stops (``wait``: for a batch under way there), or after it went
+        away."""
+        direct = self._direct
+        if direct is not None:
+            direct.close(wait)
 
     def input_ref(self, name: str, array: np.ndarray, datatype: str, in_place: bool = True) -> TensorRef:
         """A request's input for the worker: where it lies in the tensor pool, read there without a copy (while
@@ -317,6 +366,7 @@ class WorkerLink:
             self._finalized.set_result(None)
 
     def _lost(self, why: str) -> None:
+        self._close_direct()
         with self._lock:
             self.gone = why
             pending, self._batches = self._batches, {}

@@ -38,6 +38,7 @@ DEFAULT_GROWTH_BYTES = 1 << 20
 INLINE_MAX_BYTES = 16 * 1024
 INLINE = -1  # the segment of a tensor carried in the message itself
 POOL_SEGMENTS = 1 << 20  # the tensor pool's segment k is segment POOL_SEGMENTS + k to a peer
+DIRECT_SEGMENT = 1 << 30  # a direct path's buffer (runtime/direct_path.py): read in place, as the pool's segments
 REQUEST_INPUT = -2  # the segment of an output that is its request's input number ``offset``, read in place there
 
 
@@ -70,6 +71,33 @@ def recv_pickled(connection: Connection) -> Any:
     if size == -1:
         (size,) = _LONG_FRAME.unpack(_read_exactly(fd, 8))
     return pickle.loads(_read_exactly(fd, size))
+
+
+def send_direct(fd: int, message: tuple) -> None:
+    """A message on a direct path's socket (``runtime/direct_path.py``), framed as send_pickled frames one (the
+    other end reads 4-byte lengths only)."""
+    payload = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+    if len(payload) > 0x7FFFFFFF:
+        raise ValueError(f"a direct answer of {len(payload)} bytes (2 GiB at most)")
+    header = _FRAME.pack(len(payload))
+    written = os.writev(fd, (header, payload))  # the payload not copied behind its header
+    if written < len(header) + len(payload):
+        rest = memoryview(header + payload)[written:]
+        while rest:
+            rest = rest[os.write(fd, rest):]
+
+
+def recv_direct(fd: int) -> Any:
+    """A batch sent on a direct path's socket; EOFError once it has closed."""
+    (size,) = _FRAME.unpack(_read_exactly(fd, 4))
+    return pickle.loads(_read_exactly(fd, size))
+
+
+def inline_ref(name: str, array: np.ndarray) -> TensorRef:
+    """A tensor carried in the message itself, whatever its size (a direct path's other end reads no arena)."""
+    datatype = datatype_of(array)
+    data = bytes(serialize_bytes(array)) if datatype == "BYTES" else np.ascontiguousarray(array).tobytes()
+    return (name, datatype, array.shape, INLINE, 0, len(data), data)
 
 
 def _read_exactly(fd: int, size: int) -> bytes:

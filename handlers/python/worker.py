@@ -6,7 +6,7 @@ worker whose server is gone exits on its own, even while user code is busy: it n
 
 Threads: the main thread runs ``execute`` and, while idle, reads what the server sends itself (one wake-up per
 batch, as Triton's stub has); while a model executes, whichever thread waits for a reply (a BLS call, a metric)
-reads instead, and a send or ``is_cancelled`` takes whatever has arrived when nobody is reading (``Inbox``).
+reads instead, and a send or ``is_cancelled`` takes whatever has arrived when nobody is reading (``inbox.py``).
 Models may add threads of their own (decoupled senders).  Tensors travel through shared memory (see
 ``transport.py``).
 """
@@ -16,18 +16,18 @@ from __future__ import annotations
 import itertools
 import os
 import queue
-import select
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import recv_handle
 from typing import Any
 
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
+from handlers.python.inbox import Inbox
 from handlers.python.runner import (
     BLS_ORIGIN,
     BlsOrigin,
@@ -43,8 +43,9 @@ from handlers.python.transport import (
     Arena,
     PeerMemory,
     TensorRef,
+    inline_ref,
     input_ref,
-    recv_pickled,
+    send_direct,
     send_pickled,
 )
 from runtime.allocator import tune_allocator
@@ -55,12 +56,17 @@ from runtime.thread_policy import run_as_batch
 _PARENT_CHECK_SECONDS = 0.5
 
 
-def encode_result(result: Result | None, arena: Arena, in_pool: list[tuple[int, np.ndarray]] | None = None) -> Any:
-    """A result with its arrays written into ``arena`` (arrays become TensorRefs), but an output that is one of
-    ``in_pool`` (its request's inputs lying in the server's tensor pool), which is named by that input."""
+def encode_result(result: Result | None, arena: Arena | None,
+                  in_pool: list[tuple[int, np.ndarray]] | None = None) -> Any:
+    """A result with its arrays written into ``arena`` (arrays become TensorRefs; None: carried in the message),
+    but an output that is one of ``in_pool`` (its request's inputs lying in the server's tensor pool), which is
+    named by that input."""
     if result is None or result[0] != "ok":
         return result
     _, outputs, parameters = result
+    if arena is None:  # a direct path's: every output in the message
+        return ("ok", [(in_pool and input_ref(name, array, in_pool)) or inline_ref(name, array)
+                       for name, array in outputs], parameters)
     return ("ok", [(in_pool and input_ref(name, array, in_pool)) or arena.write(name, array, datatype_of(array))
                    for name, array in outputs], parameters)
 
@@ -110,73 +116,6 @@ class _Calls:
             waiter.set_result(payload) if isinstance(waiter, Future) else waiter.put((payload, True))
 
 
-class Inbox:
-    """What the server sends, read by whichever thread waits for something (leader and followers): the main
-    thread while it waits for work, a thread waiting for a reply while a model executes, nobody otherwise.
-
-    A reader thread of its own cost a thread hand-off per batch (the reader woke, queued the batch, woke the main
-    thread); here the main thread's read is the batch's only wake-up.  Whoever reads routes each message (work is
-    queued, replies delivered, memory released, cancellations noted) and wakes the waiters to look again.
-    """
-
-    def __init__(self, connection: Connection, route: Callable[[tuple | None], None]) -> None:
-        self.connection = connection
-        self.work: deque[tuple] = deque()
-        self._route = route
-        self._condition = threading.Condition()
-        self._reading = False
-        # Connection.poll builds a selector per call (about 10 us); one poll object is a single syscall
-        self._arrivals = select.poll()
-        self._arrivals.register(connection.fileno(), select.POLLIN)
-
-    def wait(self, ready: Callable[[], bool]) -> None:
-        """Read and route messages until ``ready()`` holds (a routed EOF makes every wait ready)."""
-        condition = self._condition
-        while True:
-            with condition:
-                while not ready():
-                    if not self._reading:
-                        self._reading = True
-                        break
-                    condition.wait()
-                else:
-                    return
-            self._read_one()
-
-    def take_arrived(self) -> None:
-        """Route whatever has already arrived, without waiting, unless another thread is reading."""
-        with self._condition:
-            if self._reading:
-                return
-            self._reading = True
-        try:
-            while self._arrivals.poll(0) and self._read_one(release=False):
-                pass
-        except (EOFError, OSError):
-            pass  # the connection is gone: the next wait reads its end
-        finally:
-            self._release()
-
-    def _read_one(self, release: bool = True) -> bool:
-        """Called holding the reading role: one message (a segment's descriptors follow it on the connection, so
-        it is routed before the role is given up); False when the connection has closed."""
-        try:
-            try:
-                message = recv_pickled(self.connection)
-            except (EOFError, OSError):
-                message = None
-            self._route(message)
-            return message is not None
-        finally:
-            if release:
-                self._release()
-
-    def _release(self) -> None:
-        with self._condition:
-            self._reading = False
-            self._condition.notify_all()
-
-
 class WorkerHost:
     """What a model in a worker process calls out to: the server, over the connection."""
 
@@ -215,6 +154,8 @@ class WorkerHost:
             self.calls.deliver(message[1], message[2], message[3])
         elif kind == "cancel":
             self.cancelled.add(message[1])
+        elif kind == "direct":
+            self.inbox.add_direct(recv_handle(self.connection))
         else:
             self.inbox.work.append(message)
 
@@ -321,9 +262,10 @@ def _exit_when_orphaned(server_pid: int) -> None:
 
 
 def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list, separately: bool,
-             progress: Any = None) -> None:
+             progress: Any = None, direct: int | None = None) -> None:
     """Execute a batch (``separately``: each request alone, one after another, a model without dynamic batching
-    as Triton runs it, ``progress`` told which it begins) and send its results, together."""
+    as Triton runs it, ``progress`` told which it begins) and send its results, together (on ``direct``, a direct
+    path's socket, for a batch that came that way: its outputs inside the message)."""
     batch = [RequestData(key=key, inputs=[(ref[0], host.server_memory.array(ref)) for ref in refs],
                          request_id=request_id, outputs=outputs, parameters=parameters, correlation_id=correlation,
                          flags=flags, timeout=timeout)
@@ -344,10 +286,20 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
     for data in batch:
         host.cancelled.discard(data.key)
     try:
-        encoded = [encode_result(result, host.arena, _in_pool(request[1], data.inputs))
+        arena = host.arena if direct is None else None
+        encoded = [encode_result(result, arena, _in_pool(request[1], data.inputs))
                    for request, data, result in zip(requests, batch, results, strict=True)]
     except (MemoryError, ValueError, TypeError) as exc:
         encoded = [error_result(f"cannot return the outputs: {type(exc).__name__}: {exc}")] * len(batch)
+    if direct is not None:
+        try:
+            try:
+                send_direct(direct, ("results", batch_id, encoded))
+            except ValueError as exc:
+                send_direct(direct, ("results", batch_id, [error_result(f"cannot return the outputs: {exc}")]))
+        except OSError:
+            pass  # the server closed the door meanwhile: nobody waits for the answer
+        return
     host.send_message(("results", batch_id, encoded), then_take_arrived=False)  # next_work reads next
 
 
@@ -378,6 +330,8 @@ def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int, progr
         message = host.next_work()
         if message[0] == "execute":
             _execute(runner, host, message[1], message[2], message[3], progress)
+        elif message[0] == "direct":
+            _execute(runner, host, message[1], message[2], message[3], progress, direct=host.inbox.direct)
         elif message[0] == "finalize":
             runner.finalize()
             try:

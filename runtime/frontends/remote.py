@@ -16,10 +16,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from runtime.errors import Unavailable
+from runtime.direct_path import DirectModel
+from runtime.errors import InternalError, Unavailable
 from runtime.frontends.messages import pack_request, unpack_response, unpack_stream_response
 from runtime.frontends.wire import FrontEndLink, LinkClosed, open_link, receive_blocking, send_blocking
-from runtime.types import InferRequest, InferResponse, StreamResponse
+from runtime.types import InferRequest, InferResponse, ModelOutputs, StreamResponse
 
 DECOUPLED_MEMORY_SECONDS = 1.0
 DECOUPLED_MEMORY_ENTRIES = 1024
@@ -209,6 +210,16 @@ class RemoteService:
     def tensor_buffer(self, nbytes: int, aligned_at: int = 0) -> Any:
         """None: a front end receives requests into its own memory (they travel on to the owner anyway)."""
         return None
+
+    def direct_models(self) -> list[DirectModel]:
+        """None: a front end's requests travel to the owner's core (its workers are the owner's children)."""
+        return []
+
+    def note_activity(self) -> None:
+        """Nothing to note: a front end serves nothing past the owner."""
+
+    def direct_response(self, request: InferRequest, outputs: ModelOutputs) -> InferResponse:
+        raise InternalError("a front end serves no request past the owner's core")
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
         call_id = next(self._ids)

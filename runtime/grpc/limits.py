@@ -19,5 +19,6 @@ class GrpcLimits:
     stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES  # ModelStreamInfer: bytes of requests and unsent answers held
     streams_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES  # ... per stream, and by every stream of the process together
     native_edge: bool = True  # grpc++'s callback server (runtime/grpc/native.py) where it is built; else grpcio
+    native_lanes: bool = True  # on the native edge: plain ModelInfer calls past the loop (runtime/grpc/native_lanes.py)
     infer_threads: int = 256  # ModelInfer calls answered at once by the thread-pool server (0: grpc.aio instead)
     max_streams: int = 1024  # ModelStreamInfer streams open at once (not on grpc.aio); more: RESOURCE_EXHAUSTED

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from runtime.api import InferenceApi
 from runtime.grpc.call_context import CallEnded, ServicerCallContext
 from runtime.grpc.codec import (
     PLAIN_FORM_FIELDS,
@@ -28,6 +29,7 @@ from runtime.grpc.codec import (
     SplitInferRequest,
     plain_infer_request,
 )
+from runtime.grpc.native_lanes import NativeLanes
 from runtime.grpc.service import InferenceServicer, Undecodable, details, tolerant_deserializer
 from runtime.protocol import service_pb2
 
@@ -65,7 +67,9 @@ class NativeGrpcServer:
 
     def __init__(self, servicer: InferenceServicer, options: list[tuple[str, Any]], max_streams: int,
                  check_call: Callable[[str, Any], CallEnded | None],
-                 receive_into: Callable[[int], Any] | None = None) -> None:
+                 receive_into: Callable[[int], Any] | None = None, lanes_of: InferenceApi | None = None) -> None:
+        """``lanes_of``: the core whose direct paths plain ModelInfer calls take past the loop (native_lanes.py),
+        where every such call would run (no token, no restriction)."""
         if not NATIVE_EDGE_BUILT:
             raise RuntimeError("the native gRPC edge is not built (libgrpc++ was not found at install)")
         self.native = importlib.import_module("runtime.grpc._native_edge")
@@ -87,6 +91,8 @@ class NativeGrpcServer:
         self.decode_methods = [f"/{descriptor.full_name}/{method.name}" for method in descriptor.methods
                                if method.input_type.name == "ModelInferRequest" and not method.client_streaming]
         self.edge: Any = None
+        self.lanes_of = lanes_of
+        self.lanes: NativeLanes | None = None
         self._unary: dict[int, asyncio.Task] = {}  # call id -> its task, while it runs
         self._streams: dict[int, NativeStream] = {}
 
@@ -94,15 +100,23 @@ class NativeGrpcServer:
         """Bind ``address`` and start taking calls (they wait in the edge until :meth:`start`); 0: not bound."""
         self.edge = self.native.Edge(address, self.options, self.split_methods, RAW_INPUT_FIELD, SPLIT_MIN_BYTES,
                                      self.decode_methods)
+        if self.lanes_of is not None:
+            self.lanes = NativeLanes(self.native, self.edge, self.lanes_of, self.loop, _finish_ok, self._start)
         return self.edge.port
 
     async def start(self) -> None:
         self.loop.add_reader(self.edge.fileno(), self._take_events)
+        if self.lanes is not None:
+            self.lanes.start()
 
     async def stop(self, grace: float | None) -> None:
         """Stop taking calls, let those running finish for ``grace`` seconds, then cancel the rest."""
+        if self.lanes is not None:
+            self.lanes.stop()
         await asyncio.to_thread(self.edge.shutdown, 0.0 if grace is None else grace)
-        self._take_events()  # the cancellations of calls cut off
+        self._take_events()  # the cancellations of calls cut off, calls given back by lanes
+        if self.lanes is not None:
+            self.lanes.close()
         self.loop.remove_reader(self.edge.fileno())
         for task in [*self._unary.values(), *(stream.task for stream in self._streams.values())]:
             if task is not None:
@@ -110,6 +124,9 @@ class NativeGrpcServer:
 
     def _take_events(self) -> None:
         for call, kind, payload in self.edge.take(self.receive_into):
+            if call is None:  # a lane is free again (no call)
+                self.lanes.freed(payload)
+                continue
             try:
                 self._event(call, kind, payload)
             except Exception:  # noqa: BLE001 - one call's failure never costs the others their events
@@ -120,6 +137,8 @@ class NativeGrpcServer:
         native = self.native
         if kind == native.START:
             self._start(call, payload)
+        elif kind == native.LANE:
+            self.lanes.hand_back(call, payload)
         elif kind == native.CANCEL:
             task = self._unary.get(call.id)
             if task is not None:
@@ -160,10 +179,7 @@ class NativeGrpcServer:
             return
         error = task.exception()
         if error is None:
-            try:
-                call.finish(_OK, "", _serialized(task.result()))
-            except Exception as failure:  # noqa: BLE001 - an answer that cannot be sent: the call still ends
-                call.finish(*_status_of(failure), None)
+            _finish_ok(call, task.result())
         else:
             call.finish(*_status_of(error), None)
 
@@ -255,6 +271,13 @@ def _deserializer(type_name: str) -> Callable[[Any], Any]:
         return message if isinstance(message, Undecodable) else SplitInferRequest(message, raws)
 
     return deserialize_split
+
+
+def _finish_ok(call: Any, response: Any) -> None:
+    try:
+        call.finish(_OK, "", _serialized(response))
+    except Exception as failure:  # noqa: BLE001 - an answer that cannot be sent: the call still ends
+        call.finish(*_status_of(failure), None)
 
 
 def _serialized(message: Any) -> Any:

@@ -1,29 +1,25 @@
-// The native gRPC edge: grpc++'s callback server carries HTTP/2 and gRPC's framing in its own threads and hands
-// every call's events (a call's first message, a stream's next one, a write done, a cancellation) to Python in
-// batches, through one eventfd that the event loop watches. Python answers with read/write/finish on the call.
+// The native gRPC edge: grpc++'s callback server (native_edge_server.h) carries HTTP/2 and gRPC's framing in its own
+// threads and hands every call's events (a call's first message, a stream's next one, a write done, a cancellation,
+// a call a lane gives back) to Python in batches, through one eventfd that the event loop watches. Python answers
+// with read/write/finish on the call; this file is its side.
 //
 // Why: grpcio builds Python objects for every completion-queue event and runs each call in a pool thread; this
 // edge touches Python once per batch of events, on the loop thread (docs/benchmarks.md, "A native gRPC edge").
 // No grpc++ thread ever takes the GIL: Python's side of a call is reached only through take().
+#include "native_edge_server.h"
 #include "native_infer_response.h"
+#include "native_lane.h"
 #include "native_received.h"
-#include "native_wire.h"
 
 #include <absl/synchronization/mutex.h>
-#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -31,196 +27,15 @@ namespace py = pybind11;
 
 namespace {
 
-enum EventKind { kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3 };
-
-class EdgeReactor;
-
-// One call as both sides see it; outlives the reactor (Python may hold it after grpc is done with the call).
-struct CallState {
-  uint64_t id = 0;
-  std::string method;
-  std::vector<std::pair<std::string, std::string>> metadata;
-  std::recursive_mutex mu;
-  EdgeReactor* reactor = nullptr;  // null once grpc is done with the call
-  bool finishing = false;
-  bool split = false;  // its messages' raw field is handed over as views (see SplitRawField)
-  bool decode = false;  // its messages are handed over in their plain form where they have one (native_received.h)
-  bool started = false;  // the first read completed (grpc threads only: one read at a time)
-  grpc::ByteBuffer read_buffer;
-  grpc::ByteBuffer write_buffer;
-};
-
-struct Event {
-  std::shared_ptr<CallState> call;
-  int kind;
-  bool ok;
-  grpc::ByteBuffer payload;
-};
-
-class Edge;
-
-class EdgeReactor : public grpc::ServerGenericBidiReactor {
- public:
-  EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context, uint64_t id);
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnCancel() override;
-  void OnDone() override;
-
- private:
-  Edge* edge_;
-  std::shared_ptr<CallState> state_;
-};
-
-class EdgeService : public grpc::CallbackGenericService {
- public:
-  explicit EdgeService(Edge* edge) : edge_(edge) {}
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
-
- private:
-  Edge* edge_;
-};
-
-class Edge {
- public:
-  Edge(const std::string& address, const std::vector<std::pair<std::string, int>>& arguments,
-       const std::vector<std::string>& split_methods, int split_field, size_t split_min_bytes,
-       const std::vector<std::string>& decode_methods)
-      : service_(this),
-        split_methods_(split_methods.begin(), split_methods.end()),
-        decode_methods_(decode_methods.begin(), decode_methods.end()),
-        split_field_(split_field),
-        split_min_bytes_(split_min_bytes) {
-    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterCallbackGenericService(&service_);
-    for (const auto& [name, value] : arguments) {
-      if (name == "grpc.max_receive_message_length") {
-        builder.SetMaxReceiveMessageSize(value);
-      } else if (name == "grpc.max_send_message_length") {
-        builder.SetMaxSendMessageSize(value);
-      } else {
-        builder.AddChannelArgument(name, value);
-      }
-    }
-    server_ = builder.BuildAndStart();
-    if (!server_) port_ = 0;
-  }
-
-  ~Edge() {
-    if (wake_fd_ >= 0) close(wake_fd_);
-  }
-
-  // Whether nothing of grpc's can reach this edge any more (see EdgeDeleter).
-  bool Idle() const { return (!server_ || shut_down_) && live_reactors_.load() == 0; }
-  void ReactorStarted() { live_reactors_.fetch_add(1); }
-  void ReactorDone() { live_reactors_.fetch_sub(1); }
-
-  int port() const { return port_; }
-  int split_field() const { return split_field_; }
-  size_t split_min_bytes() const { return split_min_bytes_; }
-  bool Splits(const std::string& method) const { return split_methods_.count(method) != 0; }
-  bool Decodes(const std::string& method) const { return decode_methods_.count(method) != 0; }
-  int fileno() const { return wake_fd_; }
-  uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
-
-  // Any thread: queue an event, and wake the loop unless a wake-up is already on its way.
-  void Push(Event&& event) {
-    bool wake;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_.push_back(std::move(event));
-      wake = !signaled_;
-      signaled_ = true;
-    }
-    if (wake) {
-      uint64_t one = 1;
-      ssize_t written = write(wake_fd_, &one, sizeof one);
-      (void)written;
-    }
-  }
-
-  // The loop thread (GIL held): every event queued since the last take.
-  std::vector<Event> TakeEvents() {
-    uint64_t count;
-    ssize_t got = read(wake_fd_, &count, sizeof count);
-    (void)got;
-    std::vector<Event> events;
-    std::lock_guard<std::mutex> lock(mu_);
-    events.swap(pending_);
-    signaled_ = false;
-    return events;
-  }
-
-  // Stop taking calls; those running get ``grace`` seconds, then are cancelled (GIL released by the binding). It
-  // returns once every call has ended, so Python must go on taking events meanwhile (and finish the cancelled).
-  void Shutdown(double grace) {
-    if (!server_) return;
-    auto deadline = std::chrono::system_clock::now() +
-                    std::chrono::microseconds(static_cast<int64_t>(grace * 1e6));
-    server_->Shutdown(deadline);
-    server_->Wait();
-    shut_down_ = true;
-  }
-
- private:
-  EdgeService service_;
-  std::unordered_set<std::string> split_methods_;
-  std::unordered_set<std::string> decode_methods_;  // split methods whose ModelInferRequests are read here
-  int split_field_;
-  size_t split_min_bytes_;
-  std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
-  int wake_fd_ = -1;
-  bool shut_down_ = false;
-  std::atomic<int> live_reactors_{0};
-  std::atomic<uint64_t> next_id_{1};
-  std::mutex mu_;
-  std::vector<Event> pending_;
-  bool signaled_ = false;
-};
-
-EdgeReactor::EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context, uint64_t id)
-    : edge_(edge), state_(std::make_shared<CallState>()) {
-  state_->id = id;
-  state_->method = context->method();
-  state_->split = edge->Splits(state_->method);
-  state_->decode = state_->split && edge->Decodes(state_->method);
-  const auto& metadata = context->client_metadata();
-  state_->metadata.reserve(metadata.size());
-  for (const auto& [key, value] : metadata) {
-    state_->metadata.emplace_back(std::string(key.data(), key.size()), std::string(value.data(), value.size()));
-  }
-  state_->reactor = this;
-  edge->ReactorStarted();
-  StartRead(&state_->read_buffer);
-}
-
-void EdgeReactor::OnReadDone(bool ok) {
-  Event event{state_, state_->started ? kRead : kStart, ok, {}};
-  state_->started = true;
-  if (ok) event.payload.Swap(&state_->read_buffer);
-  edge_->Push(std::move(event));
-}
-
-void EdgeReactor::OnWriteDone(bool ok) { edge_->Push(Event{state_, kWriteDone, ok, {}}); }
-
-void EdgeReactor::OnCancel() { edge_->Push(Event{state_, kCancel, false, {}}); }
-
-void EdgeReactor::OnDone() {
-  {
-    std::lock_guard<std::recursive_mutex> lock(state_->mu);
-    state_->reactor = nullptr;
-  }
-  edge_->ReactorDone();
-  delete this;
-}
-
-grpc::ServerGenericBidiReactor* EdgeService::CreateReactor(grpc::GenericCallbackServerContext* context) {
-  return new EdgeReactor(edge_, context, edge_->NextId());
-}
+using native_edge::CallState;
+using native_edge::Edge;
+using native_edge::Event;
+using native_edge::kCancel;
+using native_edge::kLane;
+using native_edge::kLaneFree;
+using native_edge::kRead;
+using native_edge::kStart;
+using native_edge::kWriteDone;
 
 // A message to send, copied once into grpc's buffer (grpc may send it after Python lets go): bytes, a list of
 // buffers (bytes, memoryviews) that together make the message, so that a tensor is not joined into bytes first,
@@ -336,7 +151,18 @@ py::list Take(Edge& edge, const py::object& into) {
   for (size_t i = 0; i < events.size(); ++i) {
     Event& event = events[i];
     py::object payload;
-    if (event.kind == kStart || event.kind == kRead) {
+    if (event.kind == kLaneFree) {
+      out[i] = py::make_tuple(py::none(), event.kind, event.lane);
+      continue;
+    }
+    if (event.kind == kLane) {
+      native_lane::HandBack& back = *event.hand_back;
+      py::list inputs;
+      for (const auto& input : back.inputs) inputs.append(py::bytes(input));
+      payload = py::make_tuple(back.lane, back.why, py::bytes(back.frame), back.id, inputs, back.requested,
+                               back.batch_size, back.elapsed_ns,
+                               native_received::Received(back.original, true, true, field, min_bytes, into));
+    } else if (event.kind == kStart || event.kind == kRead) {
       payload = event.ok ? native_received::Received(event.payload, event.call->split, event.call->decode, field,
                                                       min_bytes, into)
                          : py::none();
@@ -360,6 +186,8 @@ PYBIND11_MODULE(_native_edge, module) {
   module.attr("READ") = static_cast<int>(kRead);
   module.attr("WRITE_DONE") = static_cast<int>(kWriteDone);
   module.attr("CANCEL") = static_cast<int>(kCancel);
+  module.attr("LANE") = static_cast<int>(kLane);
+  module.attr("LANE_FREE") = static_cast<int>(kLaneFree);
   module.attr("GRPC_VERSION") = grpc::Version();
   module.def(
       "infer_response_bytes",
@@ -385,6 +213,40 @@ PYBIND11_MODULE(_native_edge, module) {
       .def("read", &Call::read)
       .def("write", &Call::write)
       .def("finish", &Call::finish);
+  py::class_<native_lane::Lane, std::shared_ptr<native_lane::Lane>>(module, "Lane")
+      .def(py::init([](const std::string& model, const std::string& version,
+                       const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>, size_t>>& inputs,
+                       const std::vector<std::string>& outputs, int64_t max_batch_size, double timeout_s,
+                       const std::vector<std::pair<std::string, int>>& status_codes, size_t max_details,
+                       int socket_fd, int buffer_fd, size_t buffer_size, int64_t buffer_segment) {
+             native_lane::LaneSpec spec{model, version, {}, outputs, max_batch_size, buffer_segment, timeout_s,
+                                        status_codes, max_details};
+             for (const auto& [name, datatype, dims, element_size] : inputs) {
+               spec.inputs.push_back({name, datatype, dims, element_size});
+             }
+             return std::make_shared<native_lane::Lane>(std::move(spec), socket_fd, buffer_fd, buffer_size);
+           }),
+           py::arg("model"), py::arg("version"), py::arg("inputs"), py::arg("outputs"), py::arg("max_batch_size"),
+           py::arg("timeout_s"), py::arg("status_codes"), py::arg("max_details"), py::arg("socket_fd"),
+           py::arg("buffer_fd"), py::arg("buffer_size"), py::arg("buffer_segment"))
+      .def("set_idle", &native_lane::Lane::SetIdle)
+      .def("stop", &native_lane::Lane::Stop)
+      .def("shutdown", &native_lane::Lane::Shutdown)
+      .def_property_readonly("busy", &native_lane::Lane::Busy)
+      .def("tell_when_free", &native_lane::Lane::TellWhenFree)
+      .def_property_readonly("open", &native_lane::Lane::Open)
+      .def_property_readonly("id", &native_lane::Lane::id)
+      .def_property_readonly("taken", &native_lane::Lane::Taken)
+      .def("take_served", [](native_lane::Lane& lane) {
+        native_lane::Served served = lane.TakeServed();
+        py::list rows;
+        for (const auto& [batch_size, counts] : served.by_batch_size) {
+          rows.append(py::make_tuple(batch_size, counts.requests, counts.total_ns, counts.input_ns, counts.infer_ns,
+                                     counts.output_ns));
+        }
+        return py::make_tuple(rows, served.failed, served.failed_ns, served.last_wall_ns);
+      }, "What the lane served since last asked: ([(batch size, requests, total, input, infer, output ns)], "
+         "failed, failed ns, the last one's wall-clock ns).");
   py::class_<Edge, std::unique_ptr<Edge, EdgeDeleter>>(module, "Edge")
       .def(py::init<const std::string&, const std::vector<std::pair<std::string, int>>&,
                     const std::vector<std::string>&, int, size_t, const std::vector<std::string>&>(),
@@ -394,5 +256,7 @@ PYBIND11_MODULE(_native_edge, module) {
       .def_property_readonly("port", &Edge::port)
       .def("fileno", &Edge::fileno)
       .def("take", &Take, py::arg("into") = py::none())
+      .def("add_lane", &Edge::AddLane)
+      .def("remove_lane", &Edge::RemoveLane)
       .def("shutdown", &Edge::Shutdown, py::call_guard<py::gil_scoped_release>());
 }

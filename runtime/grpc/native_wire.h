@@ -123,6 +123,18 @@ bool SplitRawField(const Bytes& data, size_t size, uint32_t field, std::string* 
   return true;
 }
 
+// The message's first field, where it is the length-delimited field ``field`` of at most 4 KiB (``out``: its bytes);
+// false otherwise.
+template <typename Bytes>
+bool LeadingString(const Bytes& data, uint32_t field, std::string* out) {
+  size_t pos = 0, size = data.size();
+  uint64_t key, length;
+  if (!ReadVarint(data, size, &pos, &key) || key != (uint64_t{field} << 3 | 2)) return false;
+  if (!ReadVarint(data, size, &pos, &length) || length > 4096 || length > size - pos) return false;
+  AppendRange(data, pos, static_cast<size_t>(length), out);
+  return true;
+}
+
 // A ModelInferRequest in its plain form, as tritonclient sends one: model name, version, id, inputs with a name,
 // a datatype and a shape only, outputs with a name only, raw input contents (read elsewhere). Views of the bytes
 // parsed; shapes as protobuf reads them (int64, packed or not).

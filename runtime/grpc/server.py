@@ -137,7 +137,10 @@ def create_grpc_server(
         logger.warning("the native gRPC edge is not built (libgrpc++ was not found when the package was installed):"
                        " gRPC is served by grpcio")
     if limits.native_edge and NATIVE_EDGE_BUILT:
-        server = NativeGrpcServer(servicer, options, limits.max_streams, check_call, service.tensor_buffer)
+        lanes = limits.native_lanes and auth is None and (
+            restrictions is None or restrictions.restriction(GROUP_BY_METHOD["ModelInfer"]) is None)
+        server = NativeGrpcServer(servicer, options, limits.max_streams, check_call, service.tensor_buffer,
+                                  service if lanes else None)
     elif limits.infer_threads:
         server = ThreadedGrpcServer(servicer, options, limits.infer_threads, limits.max_streams, check_call)
     else:

@@ -18,6 +18,7 @@ from runtime.handler import REQUEUE, ExecutionTiming, ModelHandler, RequestResul
 from runtime.models.spec import ModelSpec, QueuePolicy
 from runtime.scheduling.batch_forming import BatchForming, QueuedRequest, batch_signature
 from runtime.scheduling.batch_run import BatchExecution, trace_compute
+from runtime.scheduling.idle_watch import IdleWatch
 from runtime.scheduling.priority_queue import PriorityQueues
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.request_parameters import queue_timeout, requested_priority
@@ -90,6 +91,7 @@ class Scheduler:
         self._consumers = [asyncio.create_task(self._consume(i)) for i in instances]
         self._loop: asyncio.AbstractEventLoop | None = None  # a request's loop, asked once: in 3.11 each asking
         # costs a getpid system call
+        self.idle = IdleWatch(lambda: not self.queue and not self._running)
 
     def _takes_separate(self, instance: ModelHandler) -> bool:
         """Whether queued requests go to ``instance`` together now: not where each runs on the loop (no hand-off
@@ -136,6 +138,8 @@ class Scheduler:
             request.trace.event("QUEUE_START", item.enqueued_ns)
         self.queue.append(item)
         self.forming.arrival.set()
+        if self.idle.watchers:
+            self.idle.busy()
         try:
             if timeout:
                 try:
@@ -161,6 +165,8 @@ class Scheduler:
         """Cancel a request and free its queue slot at once (no-op if a consumer already took it)."""
         item.future.cancel()
         self.queue.remove(item)
+        if self.idle.watchers:
+            self.idle.check()
 
     async def close(self) -> None:
         self._waits.remove_node(self)
@@ -200,6 +206,11 @@ class Scheduler:
         batch = await self.forming.next_batch()
         batch = [item for item in batch if not item.future.done()]
         if not batch:
+            return
+        if self.idle.holds and (held := self.idle.held()) is not None:  # a request served past the scheduler
+            self.queue.put_back(batch)  # runs on the instance: what came meanwhile waits in the queue, as it would
+            await held
+            self.forming.arrival.set()
             return
         if not instance.available:  # went down while this consumer waited: another instance may serve
             self.queue.put_back(batch)
@@ -265,6 +276,8 @@ class Scheduler:
                 item.future.set_result(result)
         if rescheduled:
             self.forming.arrival.set()
+        if self.idle.watchers:
+            self.idle.check()
 
     def _record(self, executed: list[QueuedRequest], started: int, elapsed: int, timing: ExecutionTiming) -> None:
         """The statistics, traces and timing estimate of the executions a batch's ``executed`` requests were."""

@@ -5,7 +5,12 @@ from __future__ import annotations
 import enum
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runtime.direct_path import ServedRows
 
 
 class FailureReason(enum.Enum):
@@ -82,6 +87,7 @@ class ModelStatistics:
     response_interval: LatencyHistogram = field(
         default_factory=lambda: LatencyHistogram(RESPONSE_INTERVAL_BUCKETS_MS))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _sources: list[Callable[[], ServedRows]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         # the phases every request and execution adds to, held directly: recording is on every request's path
@@ -136,6 +142,50 @@ class ModelStatistics:
             batch.compute_infer.add(infer_ns)
             batch.compute_output.add(output_ns)
 
+    def add_source(self, pull: Callable[[], ServedRows]) -> Callable[[], None]:
+        """Requests served past the scheduler (``runtime/direct_path.py``): ``pull()`` is asked for what it served
+        since last asked whenever these statistics are read.  Returns the remover, which takes its last rows."""
+        self._sources.append(pull)
+
+        def remove() -> None:
+            if pull in self._sources:
+                self._sources.remove(pull)
+                self.record_served(*pull())
+
+        return remove
+
+    def _pull_sources(self) -> None:
+        for pull in list(self._sources):
+            self.record_served(*pull())
+
+    def record_served(self, rows: list[tuple[int, int, int, int, int, int]], failed: int, failed_ns: int,
+                      last_wall_ns: int) -> None:
+        """Requests served past the scheduler, each alone in its execution: ``rows`` of (batch size, requests,
+        total, input, infer and output ns), and ``failed`` requests that took ``failed_ns`` (the model's errors)."""
+        if not rows and not failed:
+            return
+        computing_input, computing_infer, computing_output = self._computing
+        with self._lock:
+            for batch_size, requests, total_ns, input_ns, infer_ns, output_ns in rows:
+                self._success.add(total_ns, requests)
+                self._queue.add(0, requests)
+                self.inference_count += batch_size * requests
+                self.execution_count += requests
+                computing_input.add(input_ns, requests)
+                computing_infer.add(infer_ns, requests)
+                computing_output.add(output_ns, requests)
+                batch = self.batches.get(batch_size)
+                if batch is None:
+                    batch = self.batches[batch_size] = BatchStats()
+                batch.compute_input.add(input_ns, requests)
+                batch.compute_infer.add(infer_ns, requests)
+                batch.compute_output.add(output_ns, requests)
+            if failed:
+                self.execution_count += failed
+                self.phases["fail"].add(failed_ns, failed)
+                self.failures[FailureReason.BACKEND] += failed
+            self.last_inference_ns = max(self.last_inference_ns, last_wall_ns)
+
     def record_response(self, first: bool, milliseconds: float) -> None:
         """A decoupled model's response: ``milliseconds`` since its request began (the first) or since the previous
         response (the others)."""
@@ -148,10 +198,12 @@ class ModelStatistics:
             return self.first_response.snapshot(), self.response_interval.snapshot()
 
     def failure_counts(self) -> dict[FailureReason, int]:
+        self._pull_sources()
         with self._lock:
             return dict(self.failures)
 
     def to_dict(self, name: str, version: int) -> dict:
+        self._pull_sources()
         with self._lock:
             return {
                 "name": name,

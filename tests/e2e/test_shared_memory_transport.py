@@ -140,11 +140,13 @@ def test_worker_crashes_leave_no_shared_memory_or_descriptors(tmp_path):
 
         assert infer(-1.0) is None  # the first crash and restart: what stays from here on is the baseline
         np.testing.assert_array_equal(infer(1.0), np.full([4096], 2.0))
+        time.sleep(1.0)  # the gRPC edge's lane follows the new worker within a quarter second, and ends the old
         baseline_fds, baseline_shm = server.num_fds(), _shared_memory_fds(server.pid)
         dev_shm = set(os.listdir("/dev/shm"))
         for _ in range(CRASHES):
             assert infer(-1.0) is None
         np.testing.assert_array_equal(infer(1.0), np.full([4096], 2.0))
+        time.sleep(1.0)
         assert _shared_memory_fds(server.pid) == baseline_shm
         assert server.num_fds() <= baseline_fds + 2  # a client connection or two may come and go
         assert set(os.listdir("/dev/shm")) <= dev_shm

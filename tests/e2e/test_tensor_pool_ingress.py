@@ -1,8 +1,9 @@
-"""Large inputs received straight into the server's shared tensor pool (runtime/tensor_pool.py) and read there by
-the Python worker, over gRPC (the native edge copies the message's tensors into it) and HTTP (a body of several
-chunks is joined into it): the model finds its input in the pool's memory (its mapping in /proc/self/maps) at an
-address that is a multiple of 64 (numpy runs its loops slower on a misaligned array), and answers it back intact.
-Small inputs are copied as before."""
+"""Large inputs received straight into shared memory and read there by the Python worker: the server's tensor pool
+(runtime/tensor_pool.py) over HTTP (a body of several chunks is joined into it) and gRPC through the core (the
+native edge copies the message's tensors into it), or over gRPC on a lane (runtime/grpc/native_lanes.py) the
+lane's buffer: the model finds its input in that memory (its mapping in /proc/self/maps) at an address that is a
+multiple of 64 (numpy runs its loops slower on a misaligned array), and answers it back intact. Small inputs are
+copied as before."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def in_pool(array):
             span, *rest = line.split(maxsplit=5)
             low, high = (int(part, 16) for part in span.split("-"))
             if low <= address < high:
-                return "triton-tensor-pool" in line
+                return "triton-tensor-pool" in line or "triton-direct" in line
     return False
 
 '''

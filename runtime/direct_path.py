@@ -1,0 +1,113 @@
+"""A direct path: plain requests a front end sends to a model's worker process itself, past the core.
+
+The core decides which model versions may be served so (:meth:`InferenceService.direct_models`) and hands a front
+end what it needs as data: the model's declared inputs and outputs, the worker's channel (a socket and a buffer the
+worker maps), a way to hear when the model's own queue is idle, and a way to add what it served to the model's
+statistics. The front end serves a request that way only where the core would have served it the same (see
+``runtime/grpc/native_lane.h``: the native gRPC edge's lanes); anything else goes through the core as before.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from runtime.datatypes import deserialize_bytes, wire_dtype
+from runtime.errors import ServingError, Status
+from runtime.models.spec import ModelSpec
+from runtime.types import ModelOutputs
+
+# The direct path's messages are the worker protocol's (handlers/python/transport.py), one request a batch; the
+# front end's end also knows these: where an output lies (in the message, or as the request's input of that number)
+# and the execution a direct batch is (BLS calls from it name it, so that the handler sees them).
+DIRECT_INLINE = -1
+DIRECT_REQUEST_INPUT = -2
+DIRECT_EXECUTION = -1
+
+
+@dataclass
+class DirectChannel:
+    """A worker process's side door (handlers/python: one per live worker): the front end writes a batch's inputs
+    into the buffer, sends its message on the socket and reads the answer there.  Before the worker stops or is
+    dropped, the handler runs the ``closing`` hooks (``wait``: whether to wait for a batch under way, as an unload
+    does; a lost worker's do not)."""
+
+    socket_fd: int
+    buffer_fd: int
+    buffer_size: int
+    buffer_segment: int  # the buffer's segment number in the worker's references
+    execute_timeout: float
+    # why a request sent this way failed, in the core's words, once the worker went away (``timed_out``: it did not
+    # answer in time, and is dropped here); blocking (it may wait for the process): never on the event loop
+    failure: Callable[[bool], str]
+    closing: list[Callable[[bool], None]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    closed: bool = False
+
+    def close(self, wait: bool) -> None:
+        """Run the closing hooks once (the handler, before the worker stops)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            hooks, self.closing = self.closing, []  # nothing of the front end's kept past this
+        for hook in hooks:
+            hook(wait)
+
+    def on_close(self, hook: Callable[[bool], None]) -> bool:
+        """Add a closing hook; False where the channel has closed already (the hook is not run)."""
+        with self._lock:
+            if self.closed:
+                return False
+            self.closing.append(hook)
+            return True
+
+
+# What a direct path served, for the model's statistics: rows of (batch size, requests, total, input, infer and
+# output ns), then failed requests, their ns, and the wall-clock ns of the last request (0: none).
+ServedRows = tuple[list[tuple[int, int, int, int, int, int]], int, int, int]
+
+
+def answer_outputs(frame: bytes, inputs: list[bytes]) -> ModelOutputs | ServingError | None:
+    """A direct batch's answer (the worker's ``results`` message) as the core takes a model's: its outputs, the
+    model's error, or None where the model asked to see the request again.  ``inputs``: the request's inputs as
+    the front end sent them (an output may be one of them)."""
+    _, _, (encoded,) = pickle.loads(frame)  # noqa: S301 - our own worker's message, on a socket only we hold
+    if encoded is None:
+        return None
+    if encoded[0] != "ok":
+        _, message, status = encoded
+        return ServingError(message, Status(status))
+    arrays: dict[str, Any] = {}
+    for name, datatype, shape, segment, index, _, inline in encoded[1]:
+        data = memoryview(inline if segment == DIRECT_INLINE else inputs[index])
+        if datatype == "BYTES":
+            arrays[name] = deserialize_bytes(data, int(np.prod(shape, dtype=np.int64)), name).reshape(shape)
+        else:
+            arrays[name] = np.frombuffer(data, dtype=wire_dtype(datatype)).reshape(shape)
+    parameters = encoded[2]
+    return ModelOutputs(arrays, json.loads(parameters) if parameters and parameters != "{}" else None)
+
+
+@dataclass(frozen=True)
+class DirectModel:
+    """A model version a front end may serve plain requests of directly (to requests naming no version or this
+    one); ``watch_idle(watcher, hold)`` tells ``watcher(bool)`` whether the model's own queue is idle (nothing
+    queued or executing) now and on each change, asks ``hold()`` before the scheduler runs a batch (None: the front
+    end holds the instance with nothing, else an awaitable done once it does not), and returns how to stop;
+    ``add_served(pull)`` makes ``pull()`` (which
+    returns ServedRows) be asked whenever the model's statistics are read, and returns how to stop;
+    ``record_served(*rows)`` counts what the front end finished itself."""
+
+    spec: ModelSpec
+    version: int
+    channel: DirectChannel
+    watch_idle: Callable[[Callable[[bool], None], Callable[[], Awaitable[None] | None]], Callable[[], None]]
+    add_served: Callable[[Callable[[], ServedRows]], Callable[[], None]]
+    record_served: Callable[[list, int, int, int], None]

@@ -1,0 +1,337 @@
+// The native edge's grpc++ side (native_edge.cc is Python's): the callback server, each call's reactor, and the
+// queue of events handed to Python through one eventfd; a plain ModelInfer call that a lane takes (native_lane.h)
+// never reaches that queue. No function here takes the GIL.
+#ifndef RUNTIME_GRPC_NATIVE_EDGE_SERVER_H_
+#define RUNTIME_GRPC_NATIVE_EDGE_SERVER_H_
+
+#include <absl/synchronization/mutex.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "native_lane.h"
+#include "native_wire.h"
+
+namespace native_edge {
+
+enum EventKind { kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3, kLane = 4, kLaneFree = 5 };
+
+class EdgeReactor;
+
+// One call as both sides see it; outlives the reactor (Python may hold it after grpc is done with the call).
+struct CallState {
+  uint64_t id = 0;
+  std::string method;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  std::recursive_mutex mu;
+  EdgeReactor* reactor = nullptr;  // null once grpc is done with the call
+  bool finishing = false;
+  bool split = false;  // its messages' raw field is handed over as views (see SplitRawField)
+  bool decode = false;  // its messages are handed over in their plain form where they have one (native_received.h)
+  bool started = false;  // the first read completed (grpc threads only: one read at a time)
+  std::shared_ptr<native_lane::Lane> lane;  // the lane of its model, which counts it until it is done
+  grpc::ByteBuffer read_buffer;
+  grpc::ByteBuffer write_buffer;
+};
+
+struct Event {
+  std::shared_ptr<CallState> call;
+  int kind;
+  bool ok;
+  grpc::ByteBuffer payload;
+  std::unique_ptr<native_lane::HandBack> hand_back;  // kLane's
+  uint64_t lane = 0;                                 // kLaneFree's: the lane's number (no call)
+};
+
+class Edge;
+
+class EdgeReactor : public grpc::ServerGenericBidiReactor {
+ public:
+  EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context, uint64_t id);
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  Edge* edge_;
+  std::shared_ptr<CallState> state_;
+};
+
+class EdgeService : public grpc::CallbackGenericService {
+ public:
+  explicit EdgeService(Edge* edge) : edge_(edge) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
+
+ private:
+  Edge* edge_;
+};
+
+class Edge {
+ public:
+  Edge(const std::string& address, const std::vector<std::pair<std::string, int>>& arguments,
+       const std::vector<std::string>& split_methods, int split_field, size_t split_min_bytes,
+       const std::vector<std::string>& decode_methods)
+      : service_(this),
+        split_methods_(split_methods.begin(), split_methods.end()),
+        decode_methods_(decode_methods.begin(), decode_methods.end()),
+        split_field_(split_field),
+        split_min_bytes_(split_min_bytes) {
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterCallbackGenericService(&service_);
+    for (const auto& [name, value] : arguments) {
+      if (name == "grpc.max_receive_message_length") {
+        builder.SetMaxReceiveMessageSize(value);
+      } else if (name == "grpc.max_send_message_length") {
+        builder.SetMaxSendMessageSize(value);
+      } else {
+        builder.AddChannelArgument(name, value);
+      }
+    }
+    server_ = builder.BuildAndStart();
+    if (!server_) port_ = 0;
+  }
+
+  ~Edge() {
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+
+  // Whether nothing of grpc's can reach this edge any more (see EdgeDeleter).
+  bool Idle() const { return (!server_ || shut_down_) && live_reactors_.load() == 0; }
+  void ReactorStarted() { live_reactors_.fetch_add(1); }
+  void ReactorDone() { live_reactors_.fetch_sub(1); }
+
+  int port() const { return port_; }
+  int split_field() const { return split_field_; }
+  size_t split_min_bytes() const { return split_min_bytes_; }
+  bool Splits(const std::string& method) const { return split_methods_.count(method) != 0; }
+  bool Decodes(const std::string& method) const { return decode_methods_.count(method) != 0; }
+  int fileno() const { return wake_fd_; }
+
+  // The lanes open (native_lane.h), by model name; null where none.
+  void AddLane(std::shared_ptr<native_lane::Lane> lane) {
+    lane->SetFreed([this](uint64_t id) { Push(Event{nullptr, kLaneFree, true, {}, nullptr, id}); });
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    lanes_[lane->model()] = std::move(lane);
+    has_lanes_.store(true);
+  }
+  void RemoveLane(const std::shared_ptr<native_lane::Lane>& lane) {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    auto found = lanes_.find(lane->model());
+    if (found != lanes_.end() && found->second == lane) lanes_.erase(found);
+    has_lanes_.store(!lanes_.empty());
+  }
+  bool HasLanes() const { return has_lanes_.load(std::memory_order_relaxed); }
+  // ModelInfer calls open (from their first byte to their end). A lane takes a call only while it is the only one,
+  // and none overlapped another for kQuietNs (native_lane.h): calls that come together are batched by the core.
+  void InferCallStarted() {
+    if (infer_calls_.fetch_add(1, std::memory_order_relaxed) >= 1) crowded_at_.store(NowNs(), std::memory_order_relaxed);
+  }
+  void InferCallDone() { infer_calls_.fetch_sub(1, std::memory_order_relaxed); }
+  bool InferCallAlone() const {
+    return infer_calls_.load(std::memory_order_relaxed) == 1 &&
+           NowNs() - crowded_at_.load(std::memory_order_relaxed) > kQuietNs;
+  }
+  std::shared_ptr<native_lane::Lane> FindLane(std::string_view model) {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    auto found = lanes_.find(std::string(model));
+    return found == lanes_.end() ? nullptr : found->second;
+  }
+  uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Any thread: queue an event, and wake the loop unless a wake-up is already on its way.
+  void Push(Event&& event) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.push_back(std::move(event));
+      wake = !signaled_;
+      signaled_ = true;
+    }
+    if (wake) {
+      uint64_t one = 1;
+      ssize_t written = write(wake_fd_, &one, sizeof one);
+      (void)written;
+    }
+  }
+
+  // The loop thread (GIL held): every event queued since the last take.
+  std::vector<Event> TakeEvents() {
+    uint64_t count;
+    ssize_t got = read(wake_fd_, &count, sizeof count);
+    (void)got;
+    std::vector<Event> events;
+    std::lock_guard<std::mutex> lock(mu_);
+    events.swap(pending_);
+    signaled_ = false;
+    return events;
+  }
+
+  // Stop taking calls; those running get ``grace`` seconds, then are cancelled (GIL released by the binding). It
+  // returns once every call has ended, so Python must go on taking events meanwhile (and finish the cancelled).
+  void Shutdown(double grace) {
+    if (!server_) return;
+    auto deadline = std::chrono::system_clock::now() +
+                    std::chrono::microseconds(static_cast<int64_t>(grace * 1e6));
+    server_->Shutdown(deadline);
+    server_->Wait();
+    shut_down_ = true;
+  }
+
+ private:
+  EdgeService service_;
+  std::unordered_set<std::string> split_methods_;
+  std::unordered_set<std::string> decode_methods_;  // split methods whose ModelInferRequests are read here
+  int split_field_;
+  size_t split_min_bytes_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  int wake_fd_ = -1;
+  bool shut_down_ = false;
+  std::atomic<int> live_reactors_{0};
+  std::atomic<uint64_t> next_id_{1};
+  std::mutex mu_;
+  std::vector<Event> pending_;
+  bool signaled_ = false;
+  std::mutex lanes_mu_;
+  std::unordered_map<std::string, std::shared_ptr<native_lane::Lane>> lanes_;
+  std::atomic<bool> has_lanes_{false};
+  static constexpr int64_t kQuietNs = 10'000'000;
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  std::atomic<int> infer_calls_{0};
+  std::atomic<int64_t> crowded_at_{0};
+};
+
+// A lane's way to end a call it took: as Call::finish does, or given back to Python as a kLane event.
+class CallReply : public native_lane::Reply {
+ public:
+  CallReply(Edge* edge, std::shared_ptr<CallState> state) : edge_(edge), state_(std::move(state)) {}
+  void GiveBack(std::unique_ptr<native_lane::HandBack> hand_back) override {
+    edge_->Push(Event{state_, kLane, true, {}, std::move(hand_back)});
+  }
+  void Send(const grpc::Status& status, grpc::ByteBuffer* message) override {
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
+    if (state_->reactor == nullptr || state_->finishing) return;
+    state_->finishing = true;
+    if (message == nullptr) {
+      state_->reactor->Finish(status);
+    } else {
+      state_->write_buffer.Swap(message);
+      state_->reactor->StartWriteAndFinish(&state_->write_buffer, grpc::WriteOptions(), status);
+    }
+  }
+
+ private:
+  Edge* edge_;
+  std::shared_ptr<CallState> state_;
+};
+
+// A call's first message, served by a lane where one takes it (grpc's thread).
+inline bool ServedByLane(Edge* edge, const std::shared_ptr<CallState>& state, grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  native_wire::Pieces pieces;
+  for (const auto& slice : slices) pieces.Add(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  std::shared_ptr<native_lane::Lane> lane;
+  auto found = [&state, &lane]() {
+    std::lock_guard<std::recursive_mutex> lock(state->mu);
+    state->lane = lane;  // told if its client leaves
+    return lane->Ready();
+  };
+  std::string model;  // the model's name, where the message begins with it (as protobuf writes one): a call the
+  if (native_wire::LeadingString(pieces, 1, &model)) {  // lane will not take is let go before the rest is read
+    lane = edge->FindLane(model);
+    if (!lane || !found()) return false;
+  }
+  std::string rest;
+  std::vector<std::pair<size_t, size_t>> raws;
+  if (!native_wire::SplitRawField(pieces, pieces.size(), static_cast<uint32_t>(edge->split_field()), &rest, &raws)) {
+    return false;
+  }
+  native_wire::PlainInferRequest request;
+  if (!native_wire::ParsePlainInferRequest(rest, &request)) return false;
+  if (!lane) {
+    lane = edge->FindLane(request.model_name);
+    if (!lane || !found()) return false;
+  }
+  std::unique_ptr<native_lane::Reply> reply = std::make_unique<CallReply>(edge, state);
+  return lane->Take(state.get(), request, pieces, raws, buffer, reply);
+}
+
+inline EdgeReactor::EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context, uint64_t id)
+    : edge_(edge), state_(std::make_shared<CallState>()) {
+  state_->id = id;
+  state_->method = context->method();
+  state_->split = edge->Splits(state_->method);
+  state_->decode = state_->split && edge->Decodes(state_->method);
+  if (state_->decode) edge->InferCallStarted();
+  const auto& metadata = context->client_metadata();
+  state_->metadata.reserve(metadata.size());
+  for (const auto& [key, value] : metadata) {
+    state_->metadata.emplace_back(std::string(key.data(), key.size()), std::string(value.data(), value.size()));
+  }
+  state_->reactor = this;
+  edge->ReactorStarted();
+  StartRead(&state_->read_buffer);
+}
+
+inline void EdgeReactor::OnReadDone(bool ok) {
+  if (ok && !state_->started && state_->decode && edge_->HasLanes() && edge_->InferCallAlone() &&
+      ServedByLane(edge_, state_, state_->read_buffer)) {
+    state_->started = true;
+    return;
+  }
+  Event event{state_, state_->started ? kRead : kStart, ok, {}, nullptr};
+  state_->started = true;
+  if (ok) event.payload.Swap(&state_->read_buffer);
+  edge_->Push(std::move(event));
+}
+
+inline void EdgeReactor::OnWriteDone(bool ok) { edge_->Push(Event{state_, kWriteDone, ok, {}, nullptr}); }
+
+inline void EdgeReactor::OnCancel() {
+  std::shared_ptr<native_lane::Lane> lane;
+  {
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
+    lane = state_->lane;
+  }
+  if (lane) lane->Cancel(state_.get());
+  edge_->Push(Event{state_, kCancel, false, {}, nullptr});
+}
+
+inline void EdgeReactor::OnDone() {
+  {
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
+    state_->reactor = nullptr;
+    state_->lane.reset();
+  }
+  if (state_->decode) edge_->InferCallDone();
+  edge_->ReactorDone();
+  delete this;
+}
+
+inline grpc::ServerGenericBidiReactor* EdgeService::CreateReactor(grpc::GenericCallbackServerContext* context) {
+  return new EdgeReactor(edge_, context, edge_->NextId());
+}
+
+}  // namespace native_edge
+
+#endif  // RUNTIME_GRPC_NATIVE_EDGE_SERVER_H_

@@ -1,0 +1,158 @@
+// A native lane's side of an answer (native_lane.h): the worker's results message read (native_pickle.h) and
+// written as the core's response would be (runtime/responses.py: the outputs asked for in the config's order,
+// else every one produced, the config's first), or as the adapter words the model's error. An answer the lane does
+// not write itself (response parameters, a missing output, a reschedule, a long error, anything unexpected) goes
+// back to Python.
+#ifndef RUNTIME_GRPC_NATIVE_LANE_ANSWER_H_
+#define RUNTIME_GRPC_NATIVE_LANE_ANSWER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "native_infer_response.h"
+#include "native_lane_request.h"
+#include "native_pickle.h"
+
+namespace native_lane {
+
+struct Answer {
+  enum Kind { kGiveBack, kResponse, kError } kind = kGiveBack;
+  grpc::ByteBuffer response;  // kResponse's
+  grpc::Status status;        // kError's
+};
+
+// One output as the worker returned it: its bytes in the message, or the request's input of that number.
+struct Produced {
+  std::string_view name, datatype, data;
+  std::vector<uint64_t> shape;
+  size_t packed = 0, body = 0;  // the shape's varints; the InferOutputTensor message's size
+};
+
+// The error the model answered with, as the adapter words it (runtime/grpc/service.py: its status's code, the
+// message as it is); a message longer than the adapter lets through is cut by Python.
+inline Answer ModelError(const LaneSpec& lane, const native_pickle::Value& result) {
+  using native_pickle::Value;
+  const auto& message = result.items[1];
+  const auto& status = result.items[2];
+  if (!message || message->kind != Value::kStr || !status || status->kind != Value::kStr ||
+      message->text.size() > lane.max_details) {
+    return {};
+  }
+  int code = static_cast<int>(grpc::StatusCode::INTERNAL);
+  for (const auto& [name, value] : lane.status_codes) {
+    if (name == status->text) code = value;
+  }
+  Answer answer;
+  answer.kind = Answer::kError;
+  answer.status = grpc::Status(static_cast<grpc::StatusCode>(code), std::string(message->text));
+  return answer;
+}
+
+// The ModelInferResponse's bytes, in the order (and with the packing) protobuf's own serializer writes them.
+inline grpc::ByteBuffer Response(const LaneSpec& lane, const std::string& id, std::vector<Produced*>& outs) {
+  using namespace native_infer_response;
+  size_t total = StringSize(lane.model) + StringSize(lane.version) + StringSize(id);
+  for (Produced* out : outs) {
+    for (uint64_t dim : out->shape) out->packed += VarintSize(dim);
+    out->body = StringSize(out->name) + StringSize(out->datatype) + (out->shape.empty() ? 0 : FieldSize(out->packed));
+    total += FieldSize(out->body) + FieldSize(out->data.size());
+  }
+  grpc_slice raw = grpc_slice_malloc(total);
+  uint8_t* cursor = GRPC_SLICE_START_PTR(raw);
+  cursor = PutString(kModelName, lane.model, cursor);
+  cursor = PutString(kModelVersion, lane.version, cursor);
+  cursor = PutString(kId, id, cursor);
+  for (const Produced* out : outs) {
+    *cursor++ = static_cast<uint8_t>(kOutputs << 3 | 2);
+    cursor = PutVarint(out->body, cursor);
+    cursor = PutString(kOutputName, out->name, cursor);
+    cursor = PutString(kOutputDatatype, out->datatype, cursor);
+    if (!out->shape.empty()) {
+      *cursor++ = static_cast<uint8_t>(kOutputShape << 3 | 2);
+      cursor = PutVarint(out->packed, cursor);
+      for (uint64_t dim : out->shape) cursor = PutVarint(dim, cursor);
+    }
+  }
+  for (const Produced* out : outs) cursor = PutField(kRawOutputContents, out->data.data(), out->data.size(), cursor);
+  grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// What the lane answers a request (``id``, ``requested`` outputs, its inputs ``placed`` in ``buffer``) with, from
+// the worker's results message ``frame``.
+inline Answer ReadAnswer(const LaneSpec& lane, const std::string& frame, const std::string& id,
+                         const std::vector<std::string>& requested,
+                         const std::vector<std::pair<size_t, size_t>>& placed, const char* buffer) {
+  using native_pickle::Value;
+  using native_pickle::ValuePtr;
+  auto is = [](const ValuePtr& value, Value::Kind kind, size_t items = 0) {
+    return value && value->kind == kind && value->items.size() >= items;
+  };
+  ValuePtr message = native_pickle::Read(frame);
+  if (!is(message, Value::kTuple, 3) || !is(message->items[2], Value::kList, 1)) return {};
+  const ValuePtr& result = message->items[2]->items[0];
+  if (!is(result, Value::kTuple, 3) || !is(result->items[0], Value::kStr)) return {};
+  if (result->items[0]->text == "error") return ModelError(lane, *result);
+  if (result->items[0]->text != "ok" || !is(result->items[1], Value::kList)) return {};
+  const ValuePtr& parameters = result->items[2];
+  if (!(is(parameters, Value::kNone) || (is(parameters, Value::kStr) && parameters->text == "{}"))) return {};
+  std::vector<Produced> produced;
+  for (const auto& ref : result->items[1]->items) {
+    if (!is(ref, Value::kTuple, 7) || !is(ref->items[0], Value::kStr) || !is(ref->items[1], Value::kStr) ||
+        !is(ref->items[2], Value::kTuple) || !is(ref->items[3], Value::kInt) || !is(ref->items[4], Value::kInt)) {
+      return {};
+    }
+    Produced& out = produced.emplace_back();
+    out.name = ref->items[0]->text;
+    out.datatype = ref->items[1]->text;
+    for (const auto& dim : ref->items[2]->items) {
+      if (!is(dim, Value::kInt) || dim->number < 0) return {};
+      out.shape.push_back(static_cast<uint64_t>(dim->number));
+    }
+    int64_t segment = ref->items[3]->number, index = ref->items[4]->number;
+    if (segment == kInline && is(ref->items[6], Value::kBytes)) {
+      out.data = ref->items[6]->text;
+    } else if (segment == kRequestInput && index >= 0 && static_cast<size_t>(index) < placed.size() &&
+               placed[static_cast<size_t>(index)].first != kNotPlaced) {
+      const auto& [offset, size] = placed[static_cast<size_t>(index)];
+      out.data = std::string_view(buffer + offset, size);
+    } else {
+      return {};
+    }
+  }
+  auto find = [&produced](std::string_view name) -> Produced* {
+    for (auto& out : produced) {
+      if (out.name == name) return &out;
+    }
+    return nullptr;
+  };
+  std::vector<Produced*> outs;
+  for (const auto& name : lane.outputs) {
+    bool wanted = requested.empty();
+    for (const auto& asked : requested) wanted = wanted || asked == name;
+    if (!wanted) continue;
+    Produced* out = find(name);
+    if (out == nullptr && !requested.empty()) return {};  // the core's "did not produce output" error
+    if (out != nullptr) outs.push_back(out);
+  }
+  if (requested.empty()) {  // then the undeclared ones, each once, in the model's order
+    for (auto& out : produced) {
+      bool declared = false;
+      for (const auto& name : lane.outputs) declared = declared || out.name == name;
+      if (!declared && find(out.name) == &out) outs.push_back(&out);
+    }
+  }
+  Answer answer;
+  answer.kind = Answer::kResponse;
+  answer.response = Response(lane, id, outs);
+  return answer;
+}
+
+}  // namespace native_lane
+
+#endif  // RUNTIME_GRPC_NATIVE_LANE_ANSWER_H_

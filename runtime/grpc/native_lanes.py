@@ -1,0 +1,215 @@
+"""The native edge's lanes (``native_lane.h``): a plain ModelInfer call to a model the core offers a direct path for
+(``runtime/direct_path.py``) is served in grpc's own threads, straight to the model's worker and back, without the
+event loop.
+
+On the loop, every ``RECONCILE_SECONDS``, the open lanes follow what the core offers: a lane opens on each offered
+model's side door, and is retired where the model's version or worker changed or the model left the offer
+(unloaded, tracing turned on, the server shutting down); the handler also stops a lane itself before its worker
+stops (the door's closing hook). A lane takes a call only while the model's own queue is idle. What the lanes
+serve is counted in the models' statistics whenever those are read, and keeps the server from idling out. A call
+a lane gives back is finished here in the core's words: an answer the lane does not write itself (response
+parameters, a missing output, an error too long, a model asking to see the request again, which is then served
+afresh), or a worker that went away or did not answer in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.api import InferenceApi
+from runtime.datatypes import wire_dtype
+from runtime.direct_path import DirectModel, answer_outputs
+from runtime.errors import ServingError, Status
+from runtime.grpc.codec import encode_infer_response
+from runtime.grpc.service import GRPC_STATUS, MAX_DETAILS_BYTES, details
+from runtime.types import InferRequest, RequestedOutput
+
+logger = logging.getLogger(__name__)
+
+RECONCILE_SECONDS = 0.25
+STOP_WAIT_SECONDS = 30.0  # a lane stopped before its worker stops: how long its call under way may take
+STATUS_CODES = [(status.value, GRPC_STATUS.get(status, GRPC_STATUS[Status.INTERNAL]).value[0]) for status in Status]
+_OK = 0
+_INTERNAL = GRPC_STATUS[Status.INTERNAL].value[0]
+
+
+@dataclass
+class _OpenLane:
+    lane: Any  # _native_edge.Lane
+    model: DirectModel
+    stop_watching: Callable[[], None]
+    stop_counting: Callable[[], None]
+    taken: int = 0
+    retired_at: float = 0.0  # monotonic; 0 while open
+
+
+class NativeLanes:
+    """The lanes of one edge (see the module); ``finish_ok(call, response)`` ends a call with a response message,
+    ``serve_again(call, payload)`` serves a call's request through the core as if it had just arrived."""
+
+    def __init__(self, native: Any, edge: Any, service: InferenceApi, loop: asyncio.AbstractEventLoop,
+                 finish_ok: Callable[[Any, Any], None], serve_again: Callable[[Any, Any], None]) -> None:
+        self.native, self.edge, self.service, self.loop = native, edge, service, loop
+        self.finish_ok, self.serve_again = finish_ok, serve_again
+        self.open: dict[str, _OpenLane] = {}  # model name -> its lane
+        self.retired: dict[int, _OpenLane] = {}  # lane id -> a lane no longer taking calls, until it is quiet
+        self._waiting: dict[int, list[asyncio.Future]] = {}  # lane id -> schedulers waiting for its instance
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._timer = self.loop.call_soon(self._tick)
+
+    def stop(self) -> None:
+        """Take no more calls (those under way are answered: the edge's shutdown waits for them)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for name in list(self.open):
+            self._retire(name)
+
+    def close(self) -> None:
+        """After the edge has shut down: every lane's socket closed, its thread ended."""
+        self.stop()
+        for entry in self.retired.values():
+            self._end(entry)
+        self.retired.clear()
+
+    def _tick(self) -> None:
+        try:
+            self.reconcile()
+        except Exception:  # noqa: BLE001 - the lanes stay as they were until the next tick
+            logger.exception("unexpected error following the direct paths the core offers")
+        self._timer = self.loop.call_later(RECONCILE_SECONDS, self._tick)
+
+    def reconcile(self) -> None:
+        """Open and retire lanes to follow the core's offer; note the server active while lanes serve."""
+        offered = {model.spec.name: model for model in self.service.direct_models()}
+        active = False
+        for name, entry in list(self.open.items()):
+            model = offered.get(name)
+            if (model is None or model.channel is not entry.model.channel or model.version != entry.model.version
+                    or not entry.lane.open):
+                self._retire(name)
+                continue
+            taken = entry.lane.taken
+            active = active or taken != entry.taken or entry.lane.busy
+            entry.taken = taken
+        for name, model in offered.items():
+            if name not in self.open:
+                self._open(model)
+        now = time.monotonic()
+        for lane_id, entry in list(self.retired.items()):
+            active = active or entry.lane.busy
+            if not entry.lane.busy and now - entry.retired_at > 2 * RECONCILE_SECONDS:
+                self._end(entry)  # its hand-backs, pushed before it went quiet, have been taken by now
+                del self.retired[lane_id]
+        if active:
+            self.service.note_activity()
+
+    def _open(self, model: DirectModel) -> None:
+        spec, channel = model.spec, model.channel
+        lane = self.native.Lane(
+            model=spec.name, version=str(model.version),
+            inputs=[(t.name, t.datatype, list(t.dims), wire_dtype(t.datatype).itemsize) for t in spec.inputs],
+            outputs=[t.name for t in spec.outputs], max_batch_size=spec.max_batch_size,
+            timeout_s=channel.execute_timeout, status_codes=STATUS_CODES, max_details=MAX_DETAILS_BYTES,
+            socket_fd=channel.socket_fd, buffer_fd=channel.buffer_fd, buffer_size=channel.buffer_size,
+            buffer_segment=channel.buffer_segment)
+        if not channel.on_close(lambda wait: self._closing(lane, wait)):
+            lane.shutdown()
+            return
+        entry = _OpenLane(lane, model, model.watch_idle(lane.set_idle, lambda: self._held(lane)),
+                          model.add_served(lane.take_served))
+        self.open[spec.name] = entry
+        self.edge.add_lane(lane)
+
+    def _closing(self, lane: Any, wait: bool) -> None:
+        """The handler's hook, in its thread, before the worker stops (``wait``: for the call under way) or after
+        it went away; the loop retires the lane at its next tick."""
+        self.edge.remove_lane(lane)
+        lane.stop()
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while wait and lane.busy and time.monotonic() < deadline:
+            time.sleep(0.001)
+        lane.shutdown()
+
+    def _retire(self, name: str) -> None:
+        entry = self.open.pop(name)
+        self.edge.remove_lane(entry.lane)
+        entry.lane.stop()
+        entry.stop_watching()
+        entry.retired_at = time.monotonic()
+        self.retired[entry.lane.id] = entry
+
+    def _end(self, entry: _OpenLane) -> None:
+        entry.lane.shutdown()
+        entry.stop_counting()  # its last counts
+        self.freed(entry.lane.id)
+
+    def _held(self, lane: Any) -> asyncio.Future | None:
+        """The model's scheduler is about to run a batch: what to await first, where this lane's call holds the
+        instance (the edge tells when it ends: :meth:`freed`)."""
+        if not lane.tell_when_free():
+            return None
+        waiting = self.loop.create_future()
+        self._waiting.setdefault(lane.id, []).append(waiting)
+        return waiting
+
+    def freed(self, lane_id: int) -> None:
+        """The lane's call has ended (on the loop)."""
+        for waiting in self._waiting.pop(lane_id, ()):
+            if not waiting.done():
+                waiting.set_result(None)
+
+    def _entry(self, lane_id: int) -> _OpenLane | None:
+        for entry in self.open.values():
+            if entry.lane.id == lane_id:
+                return entry
+        return self.retired.get(lane_id)
+
+    # -- calls given back ----------------------------------------------------------------------------------------
+    def hand_back(self, call: Any, payload: tuple) -> None:
+        """A call a lane gave back (on the loop)."""
+        lane_id, why, frame, request_id, inputs, requested, batch_size, elapsed_ns, original = payload
+        entry = self._entry(lane_id)
+        if entry is None:  # cannot happen while lanes are kept until quiet; the call still ends
+            call.finish(_INTERNAL, "internal server error", None)
+            return
+        model = entry.model
+        if why != "answer":
+            threading.Thread(target=self._fail_with_worker, args=(call, model, why == "timeout", elapsed_ns),
+                             daemon=True, name="direct-failure").start()
+            return
+        outcome = answer_outputs(frame, inputs)
+        if outcome is None:  # the model asked to see the request again: the core serves it afresh
+            self.serve_again(call, original)
+            return
+        request = InferRequest(model.spec.name, str(model.version), id=request_id,
+                               outputs=[RequestedOutput(name) for name in requested])
+        try:
+            if isinstance(outcome, ServingError):
+                raise outcome
+            response = self.service.direct_response(request, outcome)
+        except ServingError as error:
+            model.record_served([], 1, elapsed_ns, time.time_ns())
+            call.finish(GRPC_STATUS.get(error.status, GRPC_STATUS[Status.INTERNAL]).value[0], details(error.message),
+                        None)
+            return
+        model.record_served([(batch_size, 1, elapsed_ns, 0, elapsed_ns, 0)], 0, 0, time.time_ns())
+        self.finish_ok(call, encode_infer_response(response))
+
+    def _fail_with_worker(self, call: Any, model: DirectModel, timed_out: bool, elapsed_ns: int) -> None:
+        """In a thread (describing a lost worker waits for it; a late one is dropped)."""
+        try:
+            message = model.channel.failure(timed_out)
+        except Exception:  # noqa: BLE001 - the call still ends
+            logger.exception("unexpected error describing a direct path's worker")
+            message = "the model's worker went away"
+        model.record_served([], 1, elapsed_ns, time.time_ns())
+        self.loop.call_soon_threadsafe(call.finish, _INTERNAL, details(message), None)

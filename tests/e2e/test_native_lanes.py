@@ -1,0 +1,208 @@
+"""Plain gRPC ModelInfer calls to a Python model served on the native edge's lanes (runtime/grpc/native_lanes.py,
+native_lane.h): answered as the core answers them over HTTP, whatever the model does (an error, response parameters,
+a missing output, a worker that dies or hangs), counted in the model's statistics, and every call a lane cannot
+serve exactly so still served by the core.
+
+A lane's requests are never queued: their statistics' queue time is 0, where the core's is not (that is how these
+tests tell which served a call)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from runtime.grpc.native import NATIVE_EDGE_BUILT
+from tests.support import ServerProcess, python_model_source, write_model
+
+if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
+    raise RuntimeError("the native gRPC edge is not built (runtime/grpc/_native_edge): see scripts/setup.sh")
+pytestmark = pytest.mark.skipif(not NATIVE_EDGE_BUILT, reason="the native gRPC edge is not built (no libgrpc++)")
+
+CONFIG = """
+backend: "python"
+max_batch_size: 8
+dynamic_batching { }
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [
+  { name: "DOUBLE" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "SAME" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "NEG" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+parameters { key: "execute_timeout_seconds" value { string_value: "2" } }
+"""
+# The first element says what to do: -1 an error response, -2 the worker dies, -3 hang past the timeout, -4
+# response parameters, -5 no NEG output, -7 wait (1.5 s at most) for the client to leave and note it in the file
+# $LANES_MARK; else the three outputs.
+MODEL = python_model_source("""
+responses = []
+for request in requests:
+    data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+    what = float(data.flat[0])
+    if what == -1:
+        responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("IN may not start with -1")))
+        continue
+    if what == -2:
+        os._exit(3)
+    if what == -3:
+        time.sleep(10)
+    if what == -7:
+        deadline = time.monotonic() + 1.5
+        while not request.is_cancelled() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if request.is_cancelled():
+            with open(os.environ["LANES_MARK"], "w") as mark:
+                mark.write("cancelled")
+    outputs = [pb_utils.Tensor("DOUBLE", data * 2), pb_utils.Tensor("SAME", data)]
+    if what != -5:
+        outputs.append(pb_utils.Tensor("NEG", -data))
+    parameters = {"note": "four", "n": 4} if what == -4 else None
+    responses.append(pb_utils.InferenceResponse(outputs, parameters=parameters))
+return responses
+""")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lanes")
+    write_model(folder / "models", "lanes", CONFIG, {"1/model.py": MODEL})
+    with ServerProcess(folder / "models", strict=True, env={"LANES_MARK": str(folder / "mark")}) as process:
+        process.mark = folder / "mark"
+        yield process
+
+
+def _grpc(server: ServerProcess, data: np.ndarray, outputs: list[str] | None = None, **options) -> dict:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    tensor = grpcclient.InferInput("IN", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data)
+    requested = [grpcclient.InferRequestedOutput(name) for name in outputs] if outputs is not None else None
+    try:
+        response = client.infer("lanes", [tensor], outputs=requested, request_id="call-7", **options)
+        return _answer(response.get_response(as_json=True), response)
+    except InferenceServerException as exc:
+        return {"error": exc.message(), "status": exc.status()}
+    finally:
+        client.close()
+
+
+def _http(server: ServerProcess, data: np.ndarray, outputs: list[str] | None = None) -> dict:
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("IN", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data, binary_data=True)
+    requested = [httpclient.InferRequestedOutput(name, binary_data=True) for name in outputs] \
+        if outputs is not None else None
+    try:
+        response = client.infer("lanes", [tensor], outputs=requested, request_id="call-7")
+        return _answer(response.get_response(), response)
+    except InferenceServerException as exc:
+        return {"error": exc.message()}
+    finally:
+        client.close()
+
+
+def _answer(message: dict, response) -> dict:
+    outputs = [(o["name"], o["datatype"], [int(d) for d in o["shape"]], response.as_numpy(o["name"]).tolist())
+               for o in message["outputs"]]
+    parameters = {k: _parameter(v) for k, v in (message.get("parameters") or {}).items()}
+    return {"model": message["model_name"], "version": message["model_version"], "id": message["id"],
+            "outputs": outputs, "parameters": parameters}
+
+
+def _parameter(value):
+    """A response parameter's value: as JSON has it, or out of gRPC's InferParameter (its int64 as text)."""
+    if not isinstance(value, dict):
+        return value
+    (kind, inner), = value.items()
+    return int(inner) if kind in ("int64_param", "uint64_param") else inner
+
+
+def _queue(server: ServerProcess) -> tuple[int, int]:
+    """(requests that succeeded, ns they spent queued) so far."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        stats = client.get_inference_statistics("lanes")["model_stats"][0]["inference_stats"]
+    finally:
+        client.close()
+    return stats["success"]["count"], stats["queue"]["ns"]
+
+
+def _lane_served(server: ServerProcess, call) -> object:
+    """``call()``'s outcome, asserting that a lane served it (one more success, nothing queued)."""
+    deadline = time.monotonic() + 10
+    while True:  # the lanes follow the core's offer within a quarter second (a new worker's too)
+        before = _queue(server)
+        outcome = call()
+        after = _queue(server)
+        if after[1] == before[1] or time.monotonic() > deadline:
+            break
+    assert after == (before[0] + 1, before[1]), "the core served the call, not a lane"
+    return outcome
+
+
+SMALL = np.array([[1.5, 2.0, 3.0, 4.0]], np.float32)
+LARGE = np.arange(3 * 6000, dtype=np.float32).reshape(3, 6000)  # 72 KB: written into the worker's buffer
+
+
+@pytest.mark.parametrize("data", [SMALL, LARGE], ids=["inline", "in the buffer"])
+@pytest.mark.parametrize("outputs", [None, ["NEG", "DOUBLE"], ["SAME"]], ids=["all", "two, reversed", "its input"])
+def test_a_plain_call_is_answered_on_a_lane_as_the_core_answers_it(server, data, outputs):
+    on_lane = _lane_served(server, lambda: _grpc(server, data, outputs))
+    assert on_lane == _http(server, data, outputs)
+    assert on_lane["id"] == "call-7" and on_lane["version"] == "1"
+
+
+@pytest.mark.parametrize("first", [-1.0, -4.0, -5.0], ids=["model's error", "response parameters", "output missing"])
+def test_what_a_lane_does_not_write_itself_is_answered_as_the_core_answers_it(server, first):
+    data = SMALL.copy()
+    data[0, 0] = first
+    outputs = ["NEG"] if first == -5.0 else None
+    grpc_answer = _grpc(server, data, outputs)
+    http_answer = _http(server, data, outputs)
+    assert grpc_answer.pop("status", "StatusCode.INTERNAL") == "StatusCode.INTERNAL"
+    assert grpc_answer == http_answer
+    if first == -4.0:
+        assert grpc_answer["parameters"] == {"note": "four", "n": 4}
+
+
+def test_a_call_that_is_not_plain_goes_through_the_core(server):
+    before = _queue(server)
+    assert "outputs" in _grpc(server, SMALL, parameters={"custom": "x"})
+    assert _queue(server)[1] > before[1]
+    wrong = _grpc(server, SMALL.astype(np.float32).reshape(1, 2, 2))  # a shape the config does not allow
+    assert wrong["status"] == "StatusCode.INVALID_ARGUMENT"
+    assert wrong["error"] == _http(server, SMALL.reshape(1, 2, 2))["error"]
+
+
+@pytest.mark.parametrize("first, words", [(-2.0, "worker process exited with code 3; it is being restarted"),
+                                          (-3.0, "execute did not finish within 2s; its worker is being restarted")],
+                         ids=["worker dies", "worker hangs"])
+def test_a_lost_worker_fails_the_call_in_the_cores_words_and_a_new_one_serves_the_next(server, first, words):
+    data = SMALL.copy()
+    data[0, 0] = first
+    started = time.monotonic()
+    failed = _grpc(server, data)
+    assert failed == {"status": "StatusCode.INTERNAL", "error": f"model 'lanes' instance 0: {words}"}
+    assert time.monotonic() - started < 8
+    deadline = time.monotonic() + 30
+    while "outputs" not in (answer := _grpc(server, SMALL)):
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.1)
+    _lane_served(server, lambda: _grpc(server, SMALL))  # the new worker's lane
+
+
+def test_a_client_that_leaves_is_seen_by_the_model(server):
+    data = SMALL.copy()
+    data[0, 0] = -7.0
+    _lane_served(server, lambda: _grpc(server, SMALL))  # the lane is open
+    before = _queue(server)
+    assert _grpc(server, data, client_timeout=0.3)["status"] == "StatusCode.DEADLINE_EXCEEDED"
+    deadline = time.monotonic() + 5
+    while not server.mark.exists() or _queue(server)[0] == before[0]:
+        assert time.monotonic() < deadline, "the model never saw its request cancelled"
+        time.sleep(0.02)
+    assert _queue(server) == (before[0] + 1, before[1])  # a lane served it
