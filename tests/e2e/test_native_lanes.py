@@ -9,6 +9,7 @@ tests tell which served a call)."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -37,8 +38,8 @@ output [
 parameters { key: "execute_timeout_seconds" value { string_value: "2" } }
 """
 # The first element says what to do: -1 an error response, -2 the worker dies, -3 hang past the timeout, -4
-# response parameters, -5 no NEG output, -7 wait (1.5 s at most) for the client to leave and note it in the file
-# $LANES_MARK; else the three outputs.
+# response parameters, -5 no NEG output, -6 take a second, -7 wait (1.5 s at most) for the client to leave and note
+# it in the file $LANES_MARK; else the three outputs.
 MODEL = python_model_source("""
 responses = []
 for request in requests:
@@ -51,6 +52,8 @@ for request in requests:
         os._exit(3)
     if what == -3:
         time.sleep(10)
+    if what == -6:
+        time.sleep(1)
     if what == -7:
         deadline = time.monotonic() + 1.5
         while not request.is_cancelled() and time.monotonic() < deadline:
@@ -71,7 +74,8 @@ return responses
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("lanes")
     write_model(folder / "models", "lanes", CONFIG, {"1/model.py": MODEL})
-    with ServerProcess(folder / "models", strict=True, env={"LANES_MARK": str(folder / "mark")}) as process:
+    with ServerProcess(folder / "models", "--trace-config", f"triton,file={folder / 'trace.json'}", strict=True,
+                       env={"LANES_MARK": str(folder / "mark")}) as process:  # tracing set up, its level OFF
         process.mark = folder / "mark"
         yield process
 
@@ -206,3 +210,40 @@ def test_a_client_that_leaves_is_seen_by_the_model(server):
         assert time.monotonic() < deadline, "the model never saw its request cancelled"
         time.sleep(0.02)
     assert _queue(server) == (before[0] + 1, before[1])  # a lane served it
+
+
+def test_an_unload_waits_for_the_call_a_lane_is_serving(tmp_path):
+    write_model(tmp_path / "models", "lanes", CONFIG, {"1/model.py": MODEL})
+    with ServerProcess(tmp_path / "models", "--model-control-mode", "explicit", "--load-model", "lanes",
+                       env={"LANES_MARK": str(tmp_path / "mark")}) as server:
+        _lane_served(server, lambda: _grpc(server, SMALL))
+        slow = SMALL.copy()
+        slow[0, 0] = -6.0
+        answers = []
+        call = threading.Thread(target=lambda: answers.append(_grpc(server, slow)))
+        call.start()
+        time.sleep(0.3)  # the call is executing on the lane
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            client.unload_model("lanes")
+        finally:
+            client.close()
+        call.join(10)
+        assert answers and "outputs" in answers[0], answers
+        gone = _grpc(server, SMALL)
+        assert gone.get("status") in ("StatusCode.NOT_FOUND", "StatusCode.UNAVAILABLE"), gone
+
+
+def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
+    _lane_served(server, lambda: _grpc(server, SMALL))
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+        time.sleep(0.6)  # the lanes follow within a quarter second
+        before = _queue(server)
+        assert "outputs" in _grpc(server, SMALL)
+        assert _queue(server)[1] > before[1]  # queued: the core served it
+    finally:
+        client.update_trace_settings(settings={"trace_level": ["OFF"]})
+        client.close()
+    _lane_served(server, lambda: _grpc(server, SMALL))  # and a lane again once tracing is off
