@@ -140,7 +140,9 @@ class Edge {
   // ModelInfer calls open (from their first byte to their end). A lane takes a call only while it is the only one,
   // and none overlapped another for kQuietNs (native_lane.h): calls that come together are batched by the core.
   void InferCallStarted() {
-    if (infer_calls_.fetch_add(1, std::memory_order_relaxed) >= 1) crowded_at_.store(NowNs(), std::memory_order_relaxed);
+    if (infer_calls_.fetch_add(1, std::memory_order_relaxed) >= 1) {
+      crowded_at_.store(NowNs(), std::memory_order_relaxed);
+    }
   }
   void InferCallDone() { infer_calls_.fetch_sub(1, std::memory_order_relaxed); }
   bool InferCallAlone() const {

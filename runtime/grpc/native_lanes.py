@@ -5,8 +5,10 @@ event loop.
 On the loop, every ``RECONCILE_SECONDS``, the open lanes follow what the core offers: a lane opens on each offered
 model's side door, and is retired where the model's version or worker changed or the model left the offer
 (unloaded, tracing turned on, the server shutting down); the handler also stops a lane itself before its worker
-stops (the door's closing hook). A lane takes a call only while the model's own queue is idle. What the lanes
-serve is counted in the models' statistics whenever those are read, and keeps the server from idling out. A call
+stops (the door's closing hook). A lane takes a call only while it is the only ModelInfer call at the edge and the
+model's own queue is idle; while its call executes, the model's scheduler waits for it before running a batch (the
+edge tells when it ends: :meth:`NativeLanes.freed`). What the lanes serve is counted in the models' statistics
+whenever those are read, and keeps the server from idling out. A call
 a lane gives back is finished here in the core's words: an answer the lane does not write itself (response
 parameters, a missing output, an error too long, a model asking to see the request again, which is then served
 afresh), or a worker that went away or did not answer in time.
@@ -35,7 +37,6 @@ logger = logging.getLogger(__name__)
 RECONCILE_SECONDS = 0.25
 STOP_WAIT_SECONDS = 30.0  # a lane stopped before its worker stops: how long its call under way may take
 STATUS_CODES = [(status.value, GRPC_STATUS.get(status, GRPC_STATUS[Status.INTERNAL]).value[0]) for status in Status]
-_OK = 0
 _INTERNAL = GRPC_STATUS[Status.INTERNAL].value[0]
 
 

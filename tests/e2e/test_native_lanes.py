@@ -70,23 +70,46 @@ return responses
 """)
 
 
+# A model that sends BLS requests without building one by name (its files' scan misses it): it asks "lanes".
+RELAY = python_model_source("""
+build = getattr(pb_utils, "Inference" + "Request")
+responses = []
+for request in requests:
+    data = pb_utils.get_input_tensor_by_name(request, "IN")
+    answer = build(model_name="lanes", inputs=[data], requested_output_names=["DOUBLE"]).exec()
+    if answer.has_error():
+        raise pb_utils.TritonModelException(answer.error().message())
+    double = pb_utils.get_output_tensor_by_name(answer, "DOUBLE")
+    responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("DOUBLE", double.as_numpy())]))
+return responses
+""")
+RELAY_CONFIG = """
+backend: "python"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "DOUBLE" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("lanes")
     write_model(folder / "models", "lanes", CONFIG, {"1/model.py": MODEL})
+    write_model(folder / "models", "relay", RELAY_CONFIG, {"1/model.py": RELAY})
     with ServerProcess(folder / "models", "--trace-config", f"triton,file={folder / 'trace.json'}", strict=True,
                        env={"LANES_MARK": str(folder / "mark")}) as process:  # tracing set up, its level OFF
         process.mark = folder / "mark"
         yield process
 
 
-def _grpc(server: ServerProcess, data: np.ndarray, outputs: list[str] | None = None, **options) -> dict:
+def _grpc(server: ServerProcess, data: np.ndarray, outputs: list[str] | None = None, model: str = "lanes",
+          **options) -> dict:
     client = grpcclient.InferenceServerClient(server.grpc_url)
     tensor = grpcclient.InferInput("IN", list(data.shape), "FP32")
     tensor.set_data_from_numpy(data)
     requested = [grpcclient.InferRequestedOutput(name) for name in outputs] if outputs is not None else None
     try:
-        response = client.infer("lanes", [tensor], outputs=requested, request_id="call-7", **options)
+        response = client.infer(model, [tensor], outputs=requested, request_id="call-7", **options)
         return _answer(response.get_response(as_json=True), response)
     except InferenceServerException as exc:
         return {"error": exc.message(), "status": exc.status()}
@@ -125,11 +148,11 @@ def _parameter(value):
     return int(inner) if kind in ("int64_param", "uint64_param") else inner
 
 
-def _queue(server: ServerProcess) -> tuple[int, int]:
+def _queue(server: ServerProcess, model: str = "lanes") -> tuple[int, int]:
     """(requests that succeeded, ns they spent queued) so far."""
     client = httpclient.InferenceServerClient(server.http_url)
     try:
-        stats = client.get_inference_statistics("lanes")["model_stats"][0]["inference_stats"]
+        stats = client.get_inference_statistics(model)["model_stats"][0]["inference_stats"]
     finally:
         client.close()
     return stats["success"]["count"], stats["queue"]["ns"]
@@ -247,3 +270,14 @@ def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
         client.update_trace_settings(settings={"trace_level": ["OFF"]})
         client.close()
     _lane_served(server, lambda: _grpc(server, SMALL))  # and a lane again once tracing is off
+
+
+def test_a_model_found_sending_bls_requests_is_served_by_the_core_from_then_on(server):
+    time.sleep(0.6)  # relay's lane is open (nothing has called relay yet)
+    before = _queue(server, "relay")
+    assert _grpc(server, SMALL, model="relay")["outputs"][0][3] == (SMALL * 2).tolist()
+    assert _queue(server, "relay") == (before[0] + 1, before[1])  # on its lane: its BLS request finds it out
+    time.sleep(0.6)  # and its lane is retired at the next tick
+    before = _queue(server, "relay")
+    assert _grpc(server, SMALL, model="relay")["outputs"][0][3] == (SMALL * 2).tolist()
+    assert _queue(server, "relay")[1] > before[1]
