@@ -60,13 +60,20 @@ class DirectChannel:
         for hook in hooks:
             hook(wait)
 
-    def on_close(self, hook: Callable[[bool], None]) -> bool:
-        """Add a closing hook; False where the channel has closed already (the hook is not run)."""
+    def on_close(self, hook: Callable[[bool], None]) -> Callable[[], None] | None:
+        """Add a closing hook; how to take it off again, or None where the channel has closed already (the hook is
+        not run)."""
         with self._lock:
             if self.closed:
-                return False
+                return None
             self.closing.append(hook)
-            return True
+
+        def remove() -> None:
+            with self._lock:
+                if hook in self.closing:
+                    self.closing.remove(hook)
+
+        return remove
 
 
 # What a direct path served, for the model's statistics: rows of (batch size, requests, total, input, infer and

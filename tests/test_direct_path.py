@@ -49,13 +49,14 @@ def test_an_error_and_a_reschedule():
 
 
 def test_closing_hooks_run_once_and_none_join_after():
-    told = []
+    told, dropped = [], []
     channel = DirectChannel(3, 4, 1024, 1 << 30, 5.0, lambda timed_out: "why")
     assert channel.on_close(told.append)
+    channel.on_close(dropped.append)()  # taken off again: not run
     channel.close(True)
     channel.close(False)
-    assert told == [True]
-    assert not channel.on_close(told.append) and told == [True]
+    assert told == [True] and dropped == []
+    assert channel.on_close(told.append) is None and told == [True]
 
 
 def test_what_a_direct_path_served_is_counted_when_the_statistics_are_read():

@@ -46,6 +46,7 @@ class _OpenLane:
     model: DirectModel
     stop_watching: Callable[[], None]
     stop_counting: Callable[[], None]
+    stop_closing: Callable[[], None]
     taken: int = 0
     retired_at: float = 0.0  # monotonic; 0 while open
 
@@ -122,11 +123,12 @@ class NativeLanes:
             timeout_s=channel.execute_timeout, status_codes=STATUS_CODES, max_details=MAX_DETAILS_BYTES,
             socket_fd=channel.socket_fd, buffer_fd=channel.buffer_fd, buffer_size=channel.buffer_size,
             buffer_segment=channel.buffer_segment)
-        if not channel.on_close(lambda wait: self._closing(lane, wait)):
+        stop_closing = channel.on_close(lambda wait: self._closing(lane, wait))
+        if stop_closing is None:
             lane.shutdown()
             return
         entry = _OpenLane(lane, model, model.watch_idle(lane.set_idle, lambda: self._held(lane)),
-                          model.add_served(lane.take_served))
+                          model.add_served(lane.take_served), stop_closing)
         self.open[spec.name] = entry
         self.edge.add_lane(lane)
 
@@ -150,6 +152,7 @@ class NativeLanes:
 
     def _end(self, entry: _OpenLane) -> None:
         entry.lane.shutdown()
+        entry.stop_closing()  # the door may take another lane: nothing of this one kept
         entry.stop_counting()  # its last counts
         self.freed(entry.lane.id)
 

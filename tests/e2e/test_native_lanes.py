@@ -13,6 +13,7 @@ import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -259,17 +260,23 @@ def test_an_unload_waits_for_the_call_a_lane_is_serving(tmp_path):
 
 def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
     _lane_served(server, lambda: _grpc(server, SMALL))
+    time.sleep(0.6)
+    descriptors = psutil.Process(server.process.pid).num_fds()
     client = httpclient.InferenceServerClient(server.http_url)
     try:
-        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
-        time.sleep(0.6)  # the lanes follow within a quarter second
-        before = _queue(server)
-        assert "outputs" in _grpc(server, SMALL)
-        assert _queue(server)[1] > before[1]  # queued: the core served it
+        for _ in range(3):  # each time a lane is retired and another opened on the same worker
+            client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+            time.sleep(0.6)  # the lanes follow within a quarter second
+            before = _queue(server)
+            assert "outputs" in _grpc(server, SMALL)
+            assert _queue(server)[1] > before[1]  # queued: the core served it
+            client.update_trace_settings(settings={"trace_level": ["OFF"]})
+            _lane_served(server, lambda: _grpc(server, SMALL))  # and a lane again once tracing is off
     finally:
         client.update_trace_settings(settings={"trace_level": ["OFF"]})
         client.close()
-    _lane_served(server, lambda: _grpc(server, SMALL))  # and a lane again once tracing is off
+    time.sleep(0.8)  # the last lane retired is ended
+    assert psutil.Process(server.process.pid).num_fds() <= descriptors + 2  # a client connection may linger
 
 
 def test_a_model_found_sending_bls_requests_is_served_by_the_core_from_then_on(server):
