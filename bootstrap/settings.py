@@ -244,11 +244,14 @@ class FunctionSettings:
         True, key="server.grpc_native_lanes", check=boolean,
         meaning="on the native edge, serve a plain ModelInfer call (no parameters, every input of the model's "
                 "datatype and shape) to a Python-backend model in grpc++'s own threads, straight to the model's "
-                "worker and back, while the model has nothing queued; the core still decides which models qualify "
-                "and counts their statistics (docs/features.md, \"Direct path\"); `false`: every call through the "
-                "event loop",
+                "worker and back, while the model has nothing queued, and a lone HTTP infer request of the same "
+                "kind with binary tensors the same way from the HTTP route; the core still decides which models "
+                "qualify and counts their statistics (docs/features.md, \"Direct path\"); `false`: every request "
+                "through the core",
         flags=_true_or_false_flag(
-            "--grpc-native-lanes", "plain ModelInfer calls to Python models past the event loop (default true)"))
+            "--grpc-native-lanes",
+            "plain ModelInfer calls and lone binary HTTP infer requests to Python models past the core (default "
+            "true)"))
     grpc_infer_threads: int = setting(
         256, key="server.grpc_infer_threads", check=count_or_zero,
         meaning="where gRPC is served by grpcio (`server.grpc_native_edge` false or not built): ModelInfer calls "

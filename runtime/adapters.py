@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
+from runtime.direct_path import DirectLanes
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
@@ -74,26 +75,28 @@ class ProtocolAdapters:
         if settings.single_port and settings.http_port is not None:
             await self._start_single_port(auth)
             return
+        lanes = None
         if settings.grpc_port is not None:
-            from runtime.grpc.server import create_grpc_server  # grpc loads only when gRPC is served
+            from runtime.grpc.server import create_grpc_server, direct_lanes  # grpc loads only when gRPC is served
 
             address = f"{settings.host}:{settings.grpc_port}"
             self.grpc = create_grpc_server(self.service, address, settings.grpc_max_message_bytes, auth,
                                            settings.grpc_limits, reuse_port=self.reuse_port,
                                            restrictions=settings.grpc_restrictions)
             await self.grpc.start()
+            lanes = direct_lanes(self.grpc)  # the HTTP route's lone requests take them too
             logger.info("gRPC endpoint on %s", address)
         if settings.http_port is not None:
-            self.http = HttpServer(self._rest_app(auth), settings.host, settings.http_port, settings.http_limits,
+            self.http = HttpServer(self._rest_app(auth, lanes), settings.host, settings.http_port, settings.http_limits,
                                    listening_fd=self._listening_fd())
             await self.http.start()
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", settings.host, settings.http_port)
 
-    def _rest_app(self, auth: TokenAuth | None) -> Any:
+    def _rest_app(self, auth: TokenAuth | None, lanes: DirectLanes | None = None) -> Any:
         settings = self.settings
         return create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
                                settings.http_limits.body_timeout, settings.json_decode_budget,
-                               settings.http_limits.unsent_bytes(), settings.http_restrictions)
+                               settings.http_limits.unsent_bytes(), settings.http_restrictions, lanes)
 
     def _listening_fd(self) -> int | None:
         settings = self.settings

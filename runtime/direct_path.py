@@ -9,19 +9,20 @@ statistics. The front end serves a request that way only where the core would ha
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from runtime.datatypes import deserialize_bytes, wire_dtype
 from runtime.errors import ServingError, Status
 from runtime.models.spec import ModelSpec
-from runtime.types import ModelOutputs
+from runtime.types import ModelOutputs, RequestedOutput
 
 # The direct path's messages are the worker protocol's (handlers/python/transport.py), one request a batch; the
 # front end's end also knows these: where an output lies (in the message, or as the request's input of that number)
@@ -118,3 +119,39 @@ class DirectModel:
     watch_idle: Callable[[Callable[[bool], None], Callable[[], Awaitable[None] | None]], Callable[[], None]]
     add_served: Callable[[Callable[[], ServedRows]], Callable[[], None]]
     record_served: Callable[[list, int, int, int], None]
+
+
+SERVE_AGAIN = object()  # a request a direct path gave back that the core is to serve afresh
+
+
+@dataclass
+class LaneAnswer:
+    """An HTTP answer a direct path wrote itself: its body (read in place), and its JSON header's length."""
+
+    body: memoryview
+    json_length: int
+
+
+@dataclass
+class LaneRequest:
+    """An HTTP request a direct path took: ``future`` gets a LaneAnswer, the model's ServingError, the core's
+    InferResponse (for an answer given back and finished in the core's words) or SERVE_AGAIN."""
+
+    token: int
+    model: str
+    future: asyncio.Future
+    requested: list[RequestedOutput]
+
+
+class DirectLanes(Protocol):
+    """What the HTTP route hands a lone request with binary tensors to (the native edge's lanes,
+    ``runtime/grpc/native_lanes.py``): served past the core where the model's lane takes it."""
+
+    def take_http(self, model: str, version: str, request_id: str, inputs: list[tuple[str, str, list[int], int]],
+                  outputs: list[str], chunks: list[bytes], header_length: int) -> LaneRequest | None:
+        """Served by the model's lane (``inputs``: name, datatype, shape, bytes, lying one after another in
+        ``chunks`` from ``header_length`` on; ``outputs``: those asked for, all as binary data), or None where
+        none takes it (nothing touched)."""
+
+    def withdraw(self, request: LaneRequest) -> None:
+        """The request's client went away: the model is told, the outcome dropped."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.protobuf import json_format
 
@@ -18,6 +19,9 @@ from runtime.errors import ModelLoadError
 from runtime.models.repository import PYTHON_MODEL_FILE, newest_model_file
 from runtime.models.spec import config_to_json_dict
 from runtime.protocol.model_config_pb2 import ModelConfig
+
+if TYPE_CHECKING:
+    from handlers.python.runner import RunnerSpec
 
 AUTO_COMPLETE_TIMEOUT = 120.0
 
@@ -49,14 +53,13 @@ def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
         return config  # loading reports it
     if not defines_auto_complete(source):
         return config
-    from handlers.python.link import run_auto_complete  # the worker side, only when a model needs it
-    from handlers.python.runner import RunnerSpec
+    from handlers.python.runner import RunnerSpec  # the worker side, only when a model needs it
 
     spec = RunnerSpec(model_name=model_dir.name, version=int(path.parent.name), instance_index=0,
                       model_path=str(path), version_dir=str(path.parent), args={})
     written = config_to_json_dict(config)
     written["name"] = model_dir.name
-    completed = run_auto_complete(spec, written, AUTO_COMPLETE_TIMEOUT)
+    completed = _run_in_process(spec, written, AUTO_COMPLETE_TIMEOUT)
     result = ModelConfig()
     try:
         json_format.Parse(json.dumps(completed), result)
@@ -64,3 +67,29 @@ def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
         raise ModelLoadError(f"model '{model_dir.name}': auto_complete_config returned an invalid config: "
                              f"{str(exc)[:512]}") from None
     return result
+
+
+def _run_in_process(spec: RunnerSpec, config: dict, timeout: float) -> dict:
+    """``auto_complete_config`` in a short-lived process of its own; the completed config."""
+    from handlers.python.template import worker_context
+    from handlers.python.worker import auto_complete_main
+
+    context = worker_context()
+    connection, child = context.Pipe()
+    process = context.Process(target=auto_complete_main, args=(child, spec, config), daemon=True,
+                              name=f"triton-autocomplete-{spec.model_name}")
+    process.start()
+    child.close()
+    try:
+        if not connection.poll(timeout):
+            raise ModelLoadError(f"auto_complete_config did not finish within {timeout:.0f}s")
+        kind, payload = connection.recv()
+    except (EOFError, OSError):
+        raise ModelLoadError("the process running auto_complete_config ended unexpectedly") from None
+    finally:
+        process.kill() if process.is_alive() else None
+        process.join(5)
+        connection.close()
+    if kind != "ok":
+        raise ModelLoadError(payload)
+    return payload

@@ -36,7 +36,7 @@ from handlers.python.transport import (
     request_input,
     send_pickled,
 )
-from handlers.python.worker import auto_complete_main, worker_main
+from handlers.python.worker import worker_main
 from runtime.direct_path import DirectChannel
 from runtime.errors import InternalError, ModelLoadError
 from runtime.memfd_arena import MemfdSegment
@@ -102,6 +102,7 @@ class WorkerLink:
         self._direct_ends: tuple[socket.socket, MemfdSegment] | None = None
         self._loop = loop if loop is not None and loop.is_running() else None
         self._reader: threading.Thread | None = None
+        self._exit_lock = threading.Lock()
         if self._loop is not None:
             self._on_loop(self._watch_on_loop)
         else:
@@ -123,9 +124,15 @@ class WorkerLink:
         (``Process.is_alive`` through the fork server built a selector each time, 24 us, twice per batch)."""
         return not self.gone and not self._exit_watch.poll(0)
 
+    def wait_exit(self, timeout: float) -> int | None:
+        """The process's exit code once it has exited, waiting ``timeout`` seconds at most (None: it runs).  One
+        thread at a time: the fork server hands an exit code over once, on a pipe, and a second reader gets 255."""
+        with self._exit_lock:
+            self.process.join(timeout)
+            return self.process.exitcode
+
     def exit_description(self) -> str:
-        self.process.join(timeout=1)
-        code = self.process.exitcode
+        code = self.wait_exit(1)
         if code is None:
             return "did not answer"
         return f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
@@ -142,9 +149,10 @@ class WorkerLink:
     def kill(self) -> None:
         """Kill the process (if alive) and release its pipe and memory; safe to call more than once."""
         self._close_direct()
-        if self.process.exitcode is None:
-            self.process.kill()
-        self.process.join(timeout=5)
+        with self._exit_lock:
+            if self.process.exitcode is None:
+                self.process.kill()
+            self.process.join(timeout=5)
         if self._loop is not None:
             self._on_loop(self._loop.remove_reader, self._fd)
         self.connection.close()
@@ -375,26 +383,3 @@ class WorkerLink:
         for waiter in (self._ready, self._finalized):
             if not waiter.done():
                 waiter.set_exception(WorkerGone(why))
-
-
-def run_auto_complete(spec: RunnerSpec, config: dict, timeout: float) -> dict:
-    """``auto_complete_config`` in a short-lived process of its own; the completed config."""
-    context = worker_context()
-    connection, child = context.Pipe()
-    process = context.Process(target=auto_complete_main, args=(child, spec, config), daemon=True,
-                              name=f"triton-autocomplete-{spec.model_name}")
-    process.start()
-    child.close()
-    try:
-        if not connection.poll(timeout):
-            raise ModelLoadError(f"auto_complete_config did not finish within {timeout:.0f}s")
-        kind, payload = connection.recv()
-    except (EOFError, OSError):
-        raise ModelLoadError("the process running auto_complete_config ended unexpectedly") from None
-    finally:
-        process.kill() if process.is_alive() else None
-        process.join(5)
-        connection.close()
-    if kind != "ok":
-        raise ModelLoadError(payload)
-    return payload

@@ -15,6 +15,7 @@ import asyncio
 import importlib
 import importlib.util
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -113,9 +114,11 @@ class NativeGrpcServer:
         """Stop taking calls, let those running finish for ``grace`` seconds, then cancel the rest."""
         if self.lanes is not None:
             self.lanes.stop()
+        started = time.monotonic()
         await asyncio.to_thread(self.edge.shutdown, 0.0 if grace is None else grace)
         self._take_events()  # the cancellations of calls cut off, calls given back by lanes
         if self.lanes is not None:
+            await self.lanes.quiet(0.0 if grace is None else max(0.0, grace - (time.monotonic() - started)))
             self.lanes.close()
         self.loop.remove_reader(self.edge.fileno())
         for task in [*self._unary.values(), *(stream.task for stream in self._streams.values())]:
@@ -124,8 +127,11 @@ class NativeGrpcServer:
 
     def _take_events(self) -> None:
         for call, kind, payload in self.edge.take(self.receive_into):
-            if call is None:  # a lane is free again (no call)
-                self.lanes.freed(payload)
+            if call is None:  # a lane is free again, or an HTTP request's outcome (no call)
+                if kind == self.native.HTTP:
+                    self.lanes.http_outcome(payload)
+                else:
+                    self.lanes.freed(payload)
                 continue
             try:
                 self._event(call, kind, payload)

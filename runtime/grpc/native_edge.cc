@@ -31,6 +31,7 @@ using native_edge::CallState;
 using native_edge::Edge;
 using native_edge::Event;
 using native_edge::kCancel;
+using native_edge::kHttp;
 using native_edge::kLane;
 using native_edge::kLaneFree;
 using native_edge::kRead;
@@ -143,6 +144,73 @@ struct EdgeDeleter {
   }
 };
 
+// A hand-back's fields as Python reads them (native_lanes.py), but for the request's message.
+py::tuple HandBackFields(const native_lane::HandBack& back) {
+  py::list inputs;
+  for (const auto& input : back.inputs) inputs.append(py::bytes(input));
+  return py::make_tuple(back.lane, back.why, py::bytes(back.frame), back.id, inputs, back.requested, back.batch_size,
+                        back.elapsed_ns);
+}
+
+// An HTTP answer's body, read by Python in place (a large one is copied only into the chunks it is sent in).
+struct HttpBody {
+  std::string bytes;
+};
+
+// An HTTP request's outcome (native_http_lane.h): ("answer", body, JSON header's length), ("error", status, message)
+// or ("back", hand-back fields).
+py::tuple HttpOutcome(native_http_lane::HttpAnswer& http) {
+  using native_http_lane::HttpAnswer;
+  if (http.kind == HttpAnswer::kGivenBack) return py::make_tuple("back", HandBackFields(*http.hand_back));
+  if (http.kind == HttpAnswer::kError) return py::make_tuple("error", http.status_name, http.message);
+  py::object body = py::cast(std::make_unique<HttpBody>(HttpBody{std::move(http.body)}));
+  return py::make_tuple("answer", py::memoryview(body), http.json_length);
+}
+
+// The route's lone infer request (runtime/http/lane_route.py), served by its model's lane where one takes it: its
+// inputs (name, datatype, shape, bytes) lie one after another in the body's ``chunks`` from ``header_length`` on.
+// Its outcome comes as a kHttp event carrying ``token``; false: nothing was taken or touched.
+bool TakeHttp(Edge& edge, uint64_t token, const std::string& model, const std::string& version, const std::string& id,
+              const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>, size_t>>& inputs,
+              const std::vector<std::string>& outputs, const py::list& chunks, size_t header_length) {
+  std::shared_ptr<native_lane::Lane> lane = edge.FindLane(model);
+  if (!lane || !lane->Ready()) return false;
+  native_wire::PlainInferRequest request;
+  request.model_name = model;
+  request.model_version = version;
+  request.id = id;
+  std::vector<std::pair<size_t, size_t>> raws;
+  size_t at = header_length;
+  for (const auto& [name, datatype, shape, size] : inputs) {
+    request.inputs.push_back({name, datatype, shape});
+    raws.emplace_back(at, size);
+    at += size;
+  }
+  for (const auto& name : outputs) request.outputs.push_back(name);
+  std::vector<Py_buffer> views;
+  views.reserve(chunks.size());
+  native_wire::Pieces pieces;
+  bool readable = true;
+  for (const auto& chunk : chunks) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(chunk.ptr(), &view, PyBUF_SIMPLE) != 0) {
+      PyErr_Clear();
+      readable = false;
+      break;
+    }
+    views.push_back(view);
+    pieces.Add(static_cast<const char*>(view.buf), static_cast<size_t>(view.len));
+  }
+  bool taken = false;
+  if (readable && at == pieces.size()) {
+    std::unique_ptr<native_lane::Reply> reply =
+        std::make_unique<native_http_lane::HttpReply>(token, edge.HttpDeliver());
+    taken = lane->Take(reinterpret_cast<const void*>(token), request, pieces, raws, grpc::ByteBuffer(), reply);
+  }
+  for (auto& view : views) PyBuffer_Release(&view);
+  return taken;
+}
+
 py::list Take(Edge& edge, const py::object& into) {
   uint32_t field = static_cast<uint32_t>(edge.split_field());
   size_t min_bytes = edge.split_min_bytes();
@@ -155,12 +223,13 @@ py::list Take(Edge& edge, const py::object& into) {
       out[i] = py::make_tuple(py::none(), event.kind, event.lane);
       continue;
     }
+    if (event.kind == kHttp) {
+      out[i] = py::make_tuple(py::none(), event.kind, py::make_tuple(event.http->token, HttpOutcome(*event.http)));
+      continue;
+    }
     if (event.kind == kLane) {
       native_lane::HandBack& back = *event.hand_back;
-      py::list inputs;
-      for (const auto& input : back.inputs) inputs.append(py::bytes(input));
-      payload = py::make_tuple(back.lane, back.why, py::bytes(back.frame), back.id, inputs, back.requested,
-                               back.batch_size, back.elapsed_ns,
+      payload = py::make_tuple(HandBackFields(back),
                                native_received::Received(back.original, true, true, field, min_bytes, into));
     } else if (event.kind == kStart || event.kind == kRead) {
       payload = event.ok ? native_received::Received(event.payload, event.call->split, event.call->decode, field,
@@ -188,6 +257,7 @@ PYBIND11_MODULE(_native_edge, module) {
   module.attr("CANCEL") = static_cast<int>(kCancel);
   module.attr("LANE") = static_cast<int>(kLane);
   module.attr("LANE_FREE") = static_cast<int>(kLaneFree);
+  module.attr("HTTP") = static_cast<int>(kHttp);
   module.attr("GRPC_VERSION") = grpc::Version();
   module.def(
       "infer_response_bytes",
@@ -206,6 +276,10 @@ PYBIND11_MODULE(_native_edge, module) {
       py::arg("message"), py::arg("field"),
       "The plain form a call that decodes hands over for this ModelInferRequest (``field``: its raw contents' "
       "number), None where it has none (protobuf parses it).");
+  py::class_<HttpBody>(module, "HttpBody", py::buffer_protocol()).def_buffer([](HttpBody& body) {
+    return py::buffer_info(body.bytes.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                           {static_cast<py::ssize_t>(body.bytes.size())}, {1}, true);
+  });
   py::class_<Call>(module, "Call")
       .def_property_readonly("id", &Call::id)
       .def_property_readonly("method", &Call::method)
@@ -258,5 +332,11 @@ PYBIND11_MODULE(_native_edge, module) {
       .def("take", &Take, py::arg("into") = py::none())
       .def("add_lane", &Edge::AddLane)
       .def("remove_lane", &Edge::RemoveLane)
+      .def("take_http", &TakeHttp, py::arg("token"), py::arg("model"), py::arg("version"), py::arg("id"),
+           py::arg("inputs"), py::arg("outputs"), py::arg("chunks"), py::arg("header_length"))
+      .def("cancel_http", [](Edge& edge, const std::string& model, uint64_t token) {
+        std::shared_ptr<native_lane::Lane> lane = edge.FindLane(model);
+        if (lane) lane->Cancel(reinterpret_cast<const void*>(token));
+      }, "The client of the HTTP request ``token`` went away: the worker is told, where a lane serves it.")
       .def("shutdown", &Edge::Shutdown, py::call_guard<py::gil_scoped_release>());
 }

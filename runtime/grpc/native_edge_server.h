@@ -21,12 +21,13 @@
 #include <utility>
 #include <vector>
 
+#include "native_http_lane.h"
 #include "native_lane.h"
 #include "native_wire.h"
 
 namespace native_edge {
 
-enum EventKind { kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3, kLane = 4, kLaneFree = 5 };
+enum EventKind { kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3, kLane = 4, kLaneFree = 5, kHttp = 6 };
 
 class EdgeReactor;
 
@@ -53,6 +54,7 @@ struct Event {
   grpc::ByteBuffer payload;
   std::unique_ptr<native_lane::HandBack> hand_back;  // kLane's
   uint64_t lane = 0;                                 // kLaneFree's: the lane's number (no call)
+  std::unique_ptr<native_http_lane::HttpAnswer> http;  // kHttp's: an HTTP request's outcome (no call)
 };
 
 class Edge;
@@ -155,6 +157,14 @@ class Edge {
     return found == lanes_.end() ? nullptr : found->second;
   }
   uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  // How a lane's HTTP request reaches Python: a kHttp event.
+  native_http_lane::HttpReply::Deliver HttpDeliver() {
+    return [this](std::unique_ptr<native_http_lane::HttpAnswer> outcome) {
+      Event event{nullptr, kHttp, true, {}, nullptr};
+      event.http = std::move(outcome);
+      Push(std::move(event));
+    };
+  }
 
   // Any thread: queue an event, and wake the loop unless a wake-up is already on its way.
   void Push(Event&& event) {
@@ -229,15 +239,17 @@ class CallReply : public native_lane::Reply {
   void GiveBack(std::unique_ptr<native_lane::HandBack> hand_back) override {
     edge_->Push(Event{state_, kLane, true, {}, std::move(hand_back)});
   }
-  void Send(const grpc::Status& status, grpc::ByteBuffer* message) override {
+  void Send(const native_lane::LaneSpec& lane, const std::string& id, const native_lane::Answer& answer) override {
+    grpc::ByteBuffer message;
+    if (answer.kind == native_lane::Answer::kResponse) message = native_lane::Response(lane, id, answer.outs);
     std::lock_guard<std::recursive_mutex> lock(state_->mu);
     if (state_->reactor == nullptr || state_->finishing) return;
     state_->finishing = true;
-    if (message == nullptr) {
-      state_->reactor->Finish(status);
+    if (answer.kind != native_lane::Answer::kResponse) {
+      state_->reactor->Finish(native_lane::ErrorStatus(lane, answer));
     } else {
-      state_->write_buffer.Swap(message);
-      state_->reactor->StartWriteAndFinish(&state_->write_buffer, grpc::WriteOptions(), status);
+      state_->write_buffer.Swap(&message);
+      state_->reactor->StartWriteAndFinish(&state_->write_buffer, grpc::WriteOptions(), grpc::Status::OK);
     }
   }
 

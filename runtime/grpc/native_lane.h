@@ -53,11 +53,13 @@ struct HandBack {
   grpc::ByteBuffer original;
 };
 
-// How the lane ends a call it took (native_edge.cc: the call's reactor, or the edge's events to Python).
+// How the lane ends a call it took, in the call's protocol (native_edge_server.h: a gRPC call's reactor;
+// native_http_lane.h: an HTTP request's answer, through the edge's events to Python).
 class Reply {
  public:
   virtual ~Reply() = default;
-  virtual void Send(const grpc::Status& status, grpc::ByteBuffer* message) = 0;
+  // The answer (kResponse or kError), written while its views are valid: ``id`` is the request's.
+  virtual void Send(const LaneSpec& lane, const std::string& id, const Answer& answer) = 0;
   virtual void GiveBack(std::unique_ptr<HandBack> hand_back) = 0;
 };
 
@@ -291,7 +293,7 @@ class Lane {
   bool Answered(const std::string& frame) {
     auto answered = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> lock(mu_);
-    Answer answer = ReadAnswer(spec_, frame, id_, requested_, placed_, buffer_);
+    Answer answer = ReadAnswer(spec_, frame, requested_, placed_, buffer_);
     if (answer.kind == Answer::kGiveBack) return false;
     auto done = std::chrono::steady_clock::now();
     if (answer.kind == Answer::kError) {
@@ -306,18 +308,17 @@ class Lane {
       counts.output_ns += Since(answered, done);
     }
     last_wall_ns_ = WallNs();
-    Finish(answer.kind == Answer::kError ? answer.status : grpc::Status::OK,
-           answer.kind == Answer::kError ? nullptr : &answer.response);
+    Finish(answer);
     return true;
   }
 
   // The call under way ends (mu_ held); the lane is free again.
-  void Finish(const grpc::Status& status, grpc::ByteBuffer* response) {
+  void Finish(const Answer& answer) {
     std::unique_ptr<Reply> reply = std::move(pending_);
+    if (reply) reply->Send(spec_, id_, answer);  // before the buffer is the next call's
     placed_.clear();
     original_.Clear();
     bool tell = ReleaseLocked();
-    if (reply) reply->Send(status, response);
     if (tell) freed_(id_number_);
   }
 

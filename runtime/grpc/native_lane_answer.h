@@ -1,8 +1,8 @@
-// A native lane's side of an answer (native_lane.h): the worker's results message read (native_pickle.h) and
-// written as the core's response would be (runtime/responses.py: the outputs asked for in the config's order,
-// else every one produced, the config's first), or as the adapter words the model's error. An answer the lane does
-// not write itself (response parameters, a missing output, a reschedule, a long error, anything unexpected) goes
-// back to Python.
+// A native lane's side of an answer (native_lane.h): the worker's results message read (native_pickle.h) into the
+// outputs the core's response would carry (runtime/responses.py: the outputs asked for in the config's order, else
+// every one produced, the config's first), or the model's error; each protocol's reply writes it in its own form
+// (a ModelInferResponse here, an HTTP body in native_http_lane.h). An answer the lane does not write itself
+// (response parameters, a missing output, a reschedule, a long error, anything unexpected) goes back to Python.
 #ifndef RUNTIME_GRPC_NATIVE_LANE_ANSWER_H_
 #define RUNTIME_GRPC_NATIVE_LANE_ANSWER_H_
 
@@ -20,12 +20,6 @@
 
 namespace native_lane {
 
-struct Answer {
-  enum Kind { kGiveBack, kResponse, kError } kind = kGiveBack;
-  grpc::ByteBuffer response;  // kResponse's
-  grpc::Status status;        // kError's
-};
-
 // One output as the worker returned it: its bytes in the message, or the request's input of that number.
 struct Produced {
   std::string_view name, datatype, data;
@@ -33,8 +27,15 @@ struct Produced {
   size_t packed = 0, body = 0;  // the shape's varints; the InferOutputTensor message's size
 };
 
-// The error the model answered with, as the adapter words it (runtime/grpc/service.py: its status's code, the
-// message as it is); a message longer than the adapter lets through is cut by Python.
+// What the lane answers, as views of the worker's message and the lane's buffer (valid until the lane's next call).
+struct Answer {
+  enum Kind { kGiveBack, kResponse, kError } kind = kGiveBack;
+  std::vector<Produced> produced;           // kResponse's: every output the worker returned
+  std::vector<Produced*> outs;              // ... those the response carries, in its order
+  std::string_view status_name, message;    // kError's: the core's status (runtime/errors.py), the model's words
+};
+
+// The error the model answered with (a message longer than the adapter lets through is cut by Python).
 inline Answer ModelError(const LaneSpec& lane, const native_pickle::Value& result) {
   using native_pickle::Value;
   const auto& message = result.items[1];
@@ -43,18 +44,25 @@ inline Answer ModelError(const LaneSpec& lane, const native_pickle::Value& resul
       message->text.size() > lane.max_details) {
     return {};
   }
-  int code = static_cast<int>(grpc::StatusCode::INTERNAL);
-  for (const auto& [name, value] : lane.status_codes) {
-    if (name == status->text) code = value;
-  }
   Answer answer;
   answer.kind = Answer::kError;
-  answer.status = grpc::Status(static_cast<grpc::StatusCode>(code), std::string(message->text));
+  answer.status_name = status->text;
+  answer.message = message->text;
   return answer;
 }
 
+// The gRPC status the adapter answers the model's error with (runtime/grpc/service.py: its status's code, the
+// message as it is).
+inline grpc::Status ErrorStatus(const LaneSpec& lane, const Answer& answer) {
+  int code = static_cast<int>(grpc::StatusCode::INTERNAL);
+  for (const auto& [name, value] : lane.status_codes) {
+    if (name == answer.status_name) code = value;
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(code), std::string(answer.message));
+}
+
 // The ModelInferResponse's bytes, in the order (and with the packing) protobuf's own serializer writes them.
-inline grpc::ByteBuffer Response(const LaneSpec& lane, const std::string& id, std::vector<Produced*>& outs) {
+inline grpc::ByteBuffer Response(const LaneSpec& lane, const std::string& id, const std::vector<Produced*>& outs) {
   using namespace native_infer_response;
   size_t total = StringSize(lane.model) + StringSize(lane.version) + StringSize(id);
   for (Produced* out : outs) {
@@ -83,16 +91,16 @@ inline grpc::ByteBuffer Response(const LaneSpec& lane, const std::string& id, st
   return grpc::ByteBuffer(&slice, 1);
 }
 
-// What the lane answers a request (``id``, ``requested`` outputs, its inputs ``placed`` in ``buffer``) with, from
-// the worker's results message ``frame``.
-inline Answer ReadAnswer(const LaneSpec& lane, const std::string& frame, const std::string& id,
-                         const std::vector<std::string>& requested,
+// What the lane answers a request (its ``requested`` outputs, its inputs ``placed`` in ``buffer``) with, from the
+// worker's results message ``frame``.
+inline Answer ReadAnswer(const LaneSpec& lane, const std::string& frame, const std::vector<std::string>& requested,
                          const std::vector<std::pair<size_t, size_t>>& placed, const char* buffer) {
   using native_pickle::Value;
   using native_pickle::ValuePtr;
   auto is = [](const ValuePtr& value, Value::Kind kind, size_t items = 0) {
     return value && value->kind == kind && value->items.size() >= items;
   };
+  Answer answer;
   ValuePtr message = native_pickle::Read(frame);
   if (!is(message, Value::kTuple, 3) || !is(message->items[2], Value::kList, 1)) return {};
   const ValuePtr& result = message->items[2]->items[0];
@@ -101,7 +109,8 @@ inline Answer ReadAnswer(const LaneSpec& lane, const std::string& frame, const s
   if (result->items[0]->text != "ok" || !is(result->items[1], Value::kList)) return {};
   const ValuePtr& parameters = result->items[2];
   if (!(is(parameters, Value::kNone) || (is(parameters, Value::kStr) && parameters->text == "{}"))) return {};
-  std::vector<Produced> produced;
+  std::vector<Produced>& produced = answer.produced;
+  produced.reserve(result->items[1]->items.size());  // the response's pointers stay valid
   for (const auto& ref : result->items[1]->items) {
     if (!is(ref, Value::kTuple, 7) || !is(ref->items[0], Value::kStr) || !is(ref->items[1], Value::kStr) ||
         !is(ref->items[2], Value::kTuple) || !is(ref->items[3], Value::kInt) || !is(ref->items[4], Value::kInt)) {
@@ -131,7 +140,7 @@ inline Answer ReadAnswer(const LaneSpec& lane, const std::string& frame, const s
     }
     return nullptr;
   };
-  std::vector<Produced*> outs;
+  std::vector<Produced*>& outs = answer.outs;
   for (const auto& name : lane.outputs) {
     bool wanted = requested.empty();
     for (const auto& asked : requested) wanted = wanted || asked == name;
@@ -147,9 +156,7 @@ inline Answer ReadAnswer(const LaneSpec& lane, const std::string& frame, const s
       if (!declared && find(out.name) == &out) outs.push_back(&out);
     }
   }
-  Answer answer;
   answer.kind = Answer::kResponse;
-  answer.response = Response(lane, id, outs);
   return answer;
 }
 

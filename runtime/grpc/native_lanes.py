@@ -17,6 +17,7 @@ afresh), or a worker that went away or did not answer in time.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
@@ -26,8 +27,8 @@ from typing import Any
 
 from runtime.api import InferenceApi
 from runtime.datatypes import wire_dtype
-from runtime.direct_path import DirectModel, answer_outputs
-from runtime.errors import ServingError, Status
+from runtime.direct_path import SERVE_AGAIN, DirectModel, LaneAnswer, LaneRequest, answer_outputs
+from runtime.errors import InternalError, ServingError, Status
 from runtime.grpc.codec import encode_infer_response
 from runtime.grpc.service import GRPC_STATUS, MAX_DETAILS_BYTES, details
 from runtime.types import InferRequest, RequestedOutput
@@ -37,7 +38,6 @@ logger = logging.getLogger(__name__)
 RECONCILE_SECONDS = 0.25
 STOP_WAIT_SECONDS = 30.0  # a lane stopped before its worker stops: how long its call under way may take
 STATUS_CODES = [(status.value, GRPC_STATUS.get(status, GRPC_STATUS[Status.INTERNAL]).value[0]) for status in Status]
-_INTERNAL = GRPC_STATUS[Status.INTERNAL].value[0]
 
 
 @dataclass
@@ -63,6 +63,8 @@ class NativeLanes:
         self.retired: dict[int, _OpenLane] = {}  # lane id -> a lane no longer taking calls, until it is quiet
         self._waiting: dict[int, list[asyncio.Future]] = {}  # lane id -> schedulers waiting for its instance
         self._timer: asyncio.TimerHandle | None = None
+        self._http: dict[int, LaneRequest] = {}  # token -> an HTTP request a lane serves
+        self._tokens = itertools.count(1)
 
     def start(self) -> None:
         self._timer = self.loop.call_soon(self._tick)
@@ -74,6 +76,13 @@ class NativeLanes:
             self._timer = None
         for name in list(self.open):
             self._retire(name)
+
+    async def quiet(self, timeout: float) -> None:
+        """Once no lane serves a request, or ``timeout`` seconds on: an HTTP request a lane serves is not one of the
+        edge's calls, which its shutdown waits for."""
+        deadline = time.monotonic() + timeout
+        while self._http and any(entry.lane.busy for entry in self.retired.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     def close(self) -> None:
         """After the edge has shut down: every lane's socket closed, its thread ended."""
@@ -177,43 +186,102 @@ class NativeLanes:
                 return entry
         return self.retired.get(lane_id)
 
+    # -- HTTP requests (runtime/http/lane_route.py) --------------------------------------------------------------
+    def take_http(self, model: str, version: str, request_id: str, inputs: list[tuple[str, str, list[int], int]],
+                  outputs: list[str], chunks: list[bytes], header_length: int) -> LaneRequest | None:
+        """A lone HTTP request with binary tensors served by its model's lane (native_http_lane.h), or None where
+        none takes it (nothing touched)."""
+        token = next(self._tokens)
+        try:
+            taken = self.edge.take_http(token, model, version, request_id, inputs, outputs, chunks, header_length)
+        except (TypeError, ValueError, OverflowError):  # what C++ cannot hold (a dim past int64, a lone surrogate)
+            return None  # is the core's to refuse
+        if not taken:
+            return None
+        request = LaneRequest(token, model, self.loop.create_future(), [RequestedOutput(name, {"binary_data": True})
+                                                                        for name in outputs])
+        self._http[token] = request
+        return request
+
+    def withdraw(self, request: LaneRequest) -> None:
+        """The request's client went away: the worker is told (the model may notice), its outcome dropped."""
+        if self._http.pop(request.token, None) is not None:
+            self.edge.cancel_http(request.model, request.token)
+
+    def http_outcome(self, payload: tuple) -> None:
+        """An HTTP request's outcome from its lane (on the loop)."""
+        token, (kind, *fields) = payload
+        request = self._http.pop(token, None)
+
+        def settled(outcome: object) -> None:
+            if request is not None and not request.future.done():
+                request.future.set_result(outcome)
+
+        try:
+            if kind == "answer":
+                settled(LaneAnswer(fields[0], fields[1]))
+            elif kind == "error":
+                settled(ServingError(fields[1], Status(fields[0])))
+            else:  # given back: settled even where no one waits (a lost worker is restarted)
+                self.settle(fields[0], request.requested if request is not None else None, settled)
+        except Exception:  # noqa: BLE001 - the request still ends
+            logger.exception("unexpected error settling an HTTP request a lane served")
+            settled(InternalError("internal server error"))
+
     # -- calls given back ----------------------------------------------------------------------------------------
     def hand_back(self, call: Any, payload: tuple) -> None:
-        """A call a lane gave back (on the loop)."""
-        lane_id, why, frame, request_id, inputs, requested, batch_size, elapsed_ns, original = payload
+        """A gRPC call a lane gave back (on the loop)."""
+        fields, original = payload
+
+        def settled(outcome: object) -> None:
+            if outcome is SERVE_AGAIN:
+                self.serve_again(call, original)
+            elif isinstance(outcome, ServingError):
+                call.finish(GRPC_STATUS.get(outcome.status, GRPC_STATUS[Status.INTERNAL]).value[0],
+                            details(outcome.message), None)
+            else:
+                self.finish_ok(call, encode_infer_response(outcome))
+
+        self.settle(fields, None, settled)
+
+    def settle(self, fields: tuple, requested: list[RequestedOutput] | None,
+               settled: Callable[[object], None]) -> None:
+        """A request a lane gave back, in the core's words: ``settled`` gets the core's InferResponse, its
+        ServingError, or SERVE_AGAIN (the model asked to see the request again: serve it afresh), on the loop."""
+        lane_id, why, frame, request_id, inputs, requested_names, batch_size, elapsed_ns = fields
         entry = self._entry(lane_id)
-        if entry is None:  # cannot happen while lanes are kept until quiet; the call still ends
-            call.finish(_INTERNAL, "internal server error", None)
+        if entry is None:  # cannot happen while lanes are kept until quiet; the request still ends
+            settled(InternalError("internal server error"))
             return
         model = entry.model
         if why != "answer":
-            threading.Thread(target=self._fail_with_worker, args=(call, model, why == "timeout", elapsed_ns),
+            threading.Thread(target=self._fail_with_worker, args=(settled, model, why == "timeout", elapsed_ns),
                              daemon=True, name="direct-failure").start()
             return
         outcome = answer_outputs(frame, inputs)
-        if outcome is None:  # the model asked to see the request again: the core serves it afresh
-            self.serve_again(call, original)
+        if outcome is None:
+            settled(SERVE_AGAIN)
             return
         request = InferRequest(model.spec.name, str(model.version), id=request_id,
-                               outputs=[RequestedOutput(name) for name in requested])
+                               outputs=requested or [RequestedOutput(name) for name in requested_names])
         try:
             if isinstance(outcome, ServingError):
                 raise outcome
             response = self.service.direct_response(request, outcome)
         except ServingError as error:
             model.record_served([], 1, elapsed_ns, time.time_ns())
-            call.finish(GRPC_STATUS.get(error.status, GRPC_STATUS[Status.INTERNAL]).value[0], details(error.message),
-                        None)
+            settled(error)
             return
         model.record_served([(batch_size, 1, elapsed_ns, 0, elapsed_ns, 0)], 0, 0, time.time_ns())
-        self.finish_ok(call, encode_infer_response(response))
+        settled(response)
 
-    def _fail_with_worker(self, call: Any, model: DirectModel, timed_out: bool, elapsed_ns: int) -> None:
+    def _fail_with_worker(self, settled: Callable[[object], None], model: DirectModel, timed_out: bool,
+                          elapsed_ns: int) -> None:
         """In a thread (describing a lost worker waits for it; a late one is dropped)."""
         try:
             message = model.channel.failure(timed_out)
-        except Exception:  # noqa: BLE001 - the call still ends
+        except Exception:  # noqa: BLE001 - the request still ends
             logger.exception("unexpected error describing a direct path's worker")
             message = "the model's worker went away"
         model.record_served([], 1, elapsed_ns, time.time_ns())
-        self.loop.call_soon_threadsafe(call.finish, _INTERNAL, details(message), None)
+        self.loop.call_soon_threadsafe(settled, InternalError(message))

@@ -11,6 +11,7 @@ import grpc
 
 from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
+from runtime.direct_path import DirectLanes
 from runtime.errors import Unauthenticated
 from runtime.grpc.call_context import CallEnded
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
@@ -150,6 +151,11 @@ def create_grpc_server(
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")
     return server
+
+
+def direct_lanes(server: Any) -> DirectLanes | None:
+    """The lanes of a server ``create_grpc_server`` made, where it has them (the native edge's)."""
+    return server.lanes if isinstance(server, NativeGrpcServer) else None
 
 
 def create_servicer(service: InferenceApi, limits: GrpcLimits) -> InferenceServicer:

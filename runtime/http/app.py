@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from runtime.api import InferenceApi
 from runtime.auth import HEALTH_PATHS, TokenAuth
 from runtime.core import InferenceService
+from runtime.direct_path import DirectLanes
 from runtime.errors import InvalidArgument, ServingError, Unauthenticated, Unsupported
 from runtime.extensions.cuda_shared_memory import decode_ipc_handle
 from runtime.http.body import (
@@ -224,11 +225,13 @@ def create_http_app(
     json_budget: int = DEFAULT_JSON_BUDGET_BYTES,
     unsent: UnsentBytes | None = None,
     restrictions: RestrictedApis | None = None,
+    lanes: DirectLanes | None = None,
 ) -> ASGIApp:
     """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
     (``InferRoute``) and, given ``auth``, every request checked before either; given ``restrictions``, calls of a
     restricted API group refused without its header.  ``unsent``: the process's bound on answers being sent to
-    clients (send timeout, bytes)."""
+    clients (send timeout, bytes); ``lanes``: where a lone infer request with binary tensors may be served past the
+    core (``lane_route.py``)."""
     endpoints = V2Endpoints(service, body_timeout)
     generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
@@ -275,7 +278,7 @@ def create_http_app(
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect
     served: ASGIApp = InferRoute(app, service, max_body_bytes, body_timeout, ByteBudget(json_budget),
-                                 unsent or UnsentBytes())
+                                 unsent or UnsentBytes(), lanes)
     if restrictions:
         served = RestrictedApiMiddleware(served, restrictions)
     return TokenAuthMiddleware(served, auth, exempt_health) if auth else served

@@ -95,20 +95,23 @@ class BinaryForms:
     def __init__(self) -> None:
         self.forms: dict[bytes, BinaryForm] = {}
 
+    def form(self, header: bytes) -> BinaryForm | None:
+        """The header's binary form (kept when read), None when it has another form."""
+        form = self.forms.get(header)
+        if form is None:
+            form = read_binary_form(header)
+            if form is not None and len(header) <= MAX_HEADER_BYTES:
+                if len(self.forms) >= MAX_FORMS:
+                    self.forms.clear()
+                self.forms[header] = form
+        return form
+
     def request(self, header: bytes, binary: memoryview, model_name: str,
                 model_version: str) -> tuple[InferRequest, bool] | None:
         """The request when its header has the binary form and the binary part's size is what it says; None
         otherwise."""
-        form = self.forms.get(header)
-        if form is None:
-            form = read_binary_form(header)
-            if form is None:
-                return None
-            if len(header) <= MAX_HEADER_BYTES:
-                if len(self.forms) >= MAX_FORMS:
-                    self.forms.clear()
-                self.forms[header] = form
-        if form.binary_bytes != len(binary):
+        form = self.form(header)
+        if form is None or form.binary_bytes != len(binary):
             return None
         inputs = [InferTensor(name, datatype, shape, None, {}, binary[start:end])
                   for name, datatype, shape, start, end in form.inputs]

@@ -22,7 +22,7 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 RAW_INPUT = "raw_input"  # the name Triton gives the one input of a raw binary request
 RESERVED_PREFIX = "triton_"
 _LARGE_HEADER = 1 << 20  # headers past this size have their large data arrays cut out before parsing
-_BINARY_FORMS = BinaryForms()  # the headers tritonclient sends, read once each
+BINARY_FORMS = BinaryForms()  # the headers tritonclient sends, read once each
 _CONTENT_FIELDS = "'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'"
 
 
@@ -142,7 +142,7 @@ def decode_infer_request(
         raw = InferTensor(RAW_INPUT, "", (), None, raw=memoryview(body))
         return InferRequest(model_name=model_name, model_version=model_version, inputs=[raw], raw_input=True), True
     header, binary = bytes(body[:size]) if body.__class__ is memoryview else body[:size], memoryview(body)[size:]
-    if (decoded := _BINARY_FORMS.request(header, binary, model_name, model_version)) is not None:
+    if (decoded := BINARY_FORMS.request(header, binary, model_name, model_version)) is not None:
         return decoded
     if len(header) > _LARGE_HEADER:
         light, spans = cut_out_arrays(header)

@@ -22,9 +22,11 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.api import InferenceApi
+from runtime.direct_path import DirectLanes, LaneAnswer
 from runtime.errors import ServingError, Unsupported
 from runtime.http.body import ByteBudget, assemble_body, compress, receive_asgi_body
-from runtime.http.codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
+from runtime.http.codec import BINARY_FORMS, HEADER_LENGTH, decode_infer_request, encode_infer_response
+from runtime.http.lane_route import LaneRoute
 from runtime.http.request_watch import watch_request
 from runtime.http.sending import Part, UnsentBytes, send_answer
 from runtime.http.status import error_body, error_status
@@ -47,16 +49,18 @@ _SHORT_LENGTH = len(str(_OFFLOAD_BYTES)) - 1  # a Content-Length of this many di
 
 
 class InferRoute:
-    """Serves infer requests from ``service``; passes every other request to ``app``."""
+    """Serves infer requests from ``service``; passes every other request to ``app``.  Given ``lanes``, a lone
+    request with binary tensors is handed to them first (``lane_route.py``)."""
 
     def __init__(self, app: ASGIApp, service: InferenceApi, max_body_bytes: int, body_timeout: float,
-                 json_budget: ByteBudget, unsent: UnsentBytes) -> None:
+                 json_budget: ByteBudget, unsent: UnsentBytes, lanes: DirectLanes | None = None) -> None:
         self.app = app
         self.service = service
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
         self.json_budget = json_budget
         self.unsent = unsent
+        self.lane_route = LaneRoute(lanes, BINARY_FORMS) if lanes is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = INFER_PATH.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -64,6 +68,9 @@ class InferRoute:
             await self.app(scope, receive, send)
             return
         name, version = match.groups()
+        lane_route = self.lane_route
+        if lane_route is not None:
+            lane_route.arrived()
         try:
             status, headers, body = await self._infer(scope, receive, name, str(int(version)) if version else "")
         except ServingError as exc:
@@ -71,6 +78,9 @@ class InferRoute:
         except Exception:  # noqa: BLE001 - every failure becomes an answer
             logger.exception("unexpected error serving POST %s", scope["path"])
             status, headers, body = 500, [(b"content-type", _JSON)], error_body("internal server error")
+        finally:
+            if lane_route is not None:
+                lane_route.left()
         await send_answer(send, status, headers, body, self.unsent)
 
     async def _infer(self, scope: Scope, receive: Receive, name: str,
@@ -87,6 +97,11 @@ class InferRoute:
                 size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
                 if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
                     budgeted += self.json_budget.take(size)  # budget what arrived
+                if (self.lane_route is not None and header_length is not None and size <= _OFFLOAD_BYTES
+                        and encoding in (None, "", "identity") and self.lane_route.alone()):
+                    served = await self.lane_route.serve(name, version, chunks, _number(header_length), size)
+                    if served is not None:
+                        return _lane_answer(served, accept_encoding or "")
                 into = None
                 if header_length is not None and len(chunks) > 1:  # a binary body joined: its tensors aligned
                     into = partial(self.service.tensor_buffer, aligned_at=_number(header_length))
@@ -153,10 +168,23 @@ def _number(text: str | None) -> int:
     return int(text) if text.isascii() and text.isdigit() else 0
 
 
-def _encode(response, binary_default: bool,
+def _lane_answer(served: LaneAnswer | InferResponse,
+                 accept_encoding: str) -> tuple[int, list[tuple[bytes, bytes]], bytes | list[Part]]:
+    """A lane's answer, or the core's response to a request it gave back (its outputs all binary data)."""
+    if isinstance(served, InferResponse):
+        return _encode(served, True, accept_encoding)
+    return _answer([served.body], served.json_length, accept_encoding)
+
+
+def _encode(response: InferResponse, binary_default: bool,
             accept_encoding: str) -> tuple[int, list[tuple[bytes, bytes]], bytes | list[Part]]:
     """Status, headers and body of an infer answer: the body's parts as they lie, unless it is compressed."""
     parts, json_length = encode_infer_response(response, binary_default)
+    return _answer(parts, json_length, accept_encoding)
+
+
+def _answer(parts: list[Part], json_length: int | None,
+            accept_encoding: str) -> tuple[int, list[tuple[bytes, bytes]], bytes | list[Part]]:
     headers = [(b"content-type", b"application/octet-stream" if json_length is not None else _JSON)]
     if json_length is not None:
         headers.append((_HEADER_LENGTH, str(json_length).encode()))

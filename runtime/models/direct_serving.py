@@ -1,7 +1,8 @@
 """Which model versions a front end may serve plain requests of past the core (``runtime/direct_path.py``).
 
 A version qualifies where the core would do nothing to its plain requests but validate them, queue them and hand
-them to the model's worker as they are: a Python-backend model in a worker process of its own, without sequence
+them to the model's worker as they are: a Python-backend model in one worker process of its own (with more
+instances the core runs requests side by side, which a lane, one request at a time, would not), without sequence
 batching, a decoupled policy, the response cache, reshaping, BYTES inputs or a rate limiter, and one that sends no
 BLS requests (an execution the core does not see could not be told apart in its wait graph). It is the version a
 request naming none goes to.
@@ -17,7 +18,7 @@ from runtime.scheduling.scheduler import Scheduler
 
 
 def direct_models(manager: ModelManager) -> list[DirectModel]:
-    """The versions that qualify now, each with its first instance's side door."""
+    """The versions that qualify now, each with its instance's side door."""
     chosen = []
     for name in list(manager.models):
         try:
@@ -37,6 +38,6 @@ def direct_models(manager: ModelManager) -> list[DirectModel]:
 
 def _qualifies(model: ModelVersion) -> bool:
     spec = model.spec
-    return (model.ready and bool(model.instances) and model.rate_limiter is None and not spec.decoupled
+    return (model.ready and len(model.instances) == 1 and model.rate_limiter is None and not spec.decoupled
             and spec.sequence is None and not spec.response_cache and not spec.reshapes_inputs
             and not spec.reshaped_outputs and all(t.datatype != "BYTES" for t in spec.inputs))

@@ -120,9 +120,10 @@ def _grpc(server: ServerProcess, data: np.ndarray, outputs: list[str] | None = N
 
 
 def _http(server: ServerProcess, data: np.ndarray, outputs: list[str] | None = None) -> dict:
+    """The core's answer: an input as JSON data is never a lane's (tests/e2e/test_http_lanes.py)."""
     client = httpclient.InferenceServerClient(server.http_url)
     tensor = httpclient.InferInput("IN", list(data.shape), "FP32")
-    tensor.set_data_from_numpy(data, binary_data=True)
+    tensor.set_data_from_numpy(data, binary_data=False)
     requested = [httpclient.InferRequestedOutput(name, binary_data=True) for name in outputs] \
         if outputs is not None else None
     try:

@@ -1,0 +1,207 @@
+"""Lone HTTP infer requests with binary tensors served on the native edge's lanes (runtime/http/lane_route.py,
+native_http_lane.h): each answer byte for byte the core's (the same outputs asked of the core with the input as JSON
+data, which never takes a lane), whatever the model does, counted in the model's statistics; every request a lane
+cannot serve exactly so still served by the core.
+
+A lane's requests are never queued: each adds exactly 1 ns to its model's queue time, where the core's add their
+time in the queue (that is how these tests tell which served a request)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.e2e.test_native_lanes import CONFIG, MODEL, pytestmark  # noqa: F401 - skipped where the edge is not built
+from tests.support import ServerProcess, write_model
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("http-lanes")
+    write_model(folder / "models", "lanes", CONFIG, {"1/model.py": MODEL})
+    write_model(folder / "models", "pair", CONFIG + 'instance_group [ { kind: KIND_CPU count: 2 } ]\n',
+                {"1/model.py": MODEL})
+    with ServerProcess(folder / "models", strict=True, env={"LANES_MARK": str(folder / "mark")}) as process:
+        process.mark = folder / "mark"
+        yield process
+
+
+def _post(server: ServerProcess, data: np.ndarray, outputs: list[str] | None, binary_input: bool,
+          request_id: str = "call-7", timeout: float = 30, model: str = "lanes") -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of tritonclient's request (outputs as binary data; none named: all of them, which
+    tritonclient asks with ``binary_data_output``)."""
+    tensor = httpclient.InferInput("IN", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data, binary_data=binary_input)
+    requested = [httpclient.InferRequestedOutput(name, binary_data=True) for name in outputs] \
+        if outputs is not None else None
+    body, json_size = httpclient.InferenceServerClient.generate_request_body([tensor], requested,
+                                                                             request_id=request_id)
+    headers = {"Content-Type": "application/octet-stream"}
+    if json_size is not None:
+        headers["Inference-Header-Content-Length"] = str(json_size)
+    connection = http.client.HTTPConnection(server.http_url, timeout=timeout)
+    try:
+        connection.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+        response = connection.getresponse()
+        kept = {k.lower(): v for k, v in response.getheaders() if k.lower() != "date"}
+        return response.status, kept, response.read()
+    finally:
+        connection.close()
+
+
+def _queue(server: ServerProcess, model: str = "lanes") -> tuple[int, int]:
+    """(requests that succeeded, ns they spent queued) so far."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        stats = client.get_inference_statistics(model)["model_stats"][0]["inference_stats"]
+    finally:
+        client.close()
+    return stats["success"]["count"], stats["queue"]["ns"]
+
+
+def _on_lane(server: ServerProcess, call) -> object:
+    """``call()``'s outcome, asserting that a lane served it (one more success, nothing queued)."""
+    deadline = time.monotonic() + 10
+    while True:  # the lanes follow the core's offer within a quarter second (a new worker's too)
+        time.sleep(0.02)  # the route's last request, the statistics', is 10 ms behind
+        before = _queue(server)
+        time.sleep(0.02)
+        outcome = call()
+        after = _queue(server)
+        if after[1] == before[1] + 1 or time.monotonic() > deadline:
+            break
+    assert after == (before[0] + 1, before[1] + 1), "the core served the request, not a lane"
+    return outcome
+
+
+SMALL = np.array([[1.5, 2.0, 3.0, 4.0]], np.float32)
+LARGE = np.arange(3 * 6000, dtype=np.float32).reshape(3, 6000)  # 72 KB: written into the worker's buffer
+
+
+@pytest.mark.parametrize("data", [SMALL, LARGE], ids=["inline", "in the buffer"])
+@pytest.mark.parametrize("outputs", [None, ["NEG", "DOUBLE"], ["SAME"]], ids=["all", "two, reversed", "its input"])
+def test_a_lone_binary_request_is_answered_on_a_lane_byte_for_byte_as_the_core_answers_it(server, data, outputs):
+    status, headers, body = _on_lane(server, lambda: _post(server, data, outputs, binary_input=True))
+    assert status == 200
+    assert (status, headers, body) == _post(server, data, outputs, binary_input=False)
+    header = json.loads(body[:int(headers["inference-header-content-length"])])
+    assert header["id"] == "call-7" and header["model_version"] == "1"
+
+
+def test_a_request_id_is_written_as_the_core_writes_it(server):
+    odd = 'quote " backslash \\ newline \n tab \t bell \x07 accent é'
+    lane = _on_lane(server, lambda: _post(server, SMALL, ["SAME"], binary_input=True, request_id=odd))
+    assert lane == _post(server, SMALL, ["SAME"], binary_input=False, request_id=odd)
+
+
+@pytest.mark.parametrize("first", [-1.0, -4.0, -5.0], ids=["model's error", "response parameters", "output missing"])
+def test_what_a_lane_does_not_write_itself_is_answered_as_the_core_answers_it(server, first):
+    data = SMALL.copy()
+    data[0, 0] = first
+    outputs = ["NEG"] if first == -5.0 else None
+    lane = _post(server, data, outputs, binary_input=True)
+    assert lane == _post(server, data, outputs, binary_input=False)
+    assert lane[0] == (200 if first == -4.0 else 500)
+
+
+def test_a_request_that_is_not_plain_goes_through_the_core(server):
+    before = _queue(server)
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        tensor = httpclient.InferInput("IN", list(SMALL.shape), "FP32")
+        tensor.set_data_from_numpy(SMALL, binary_data=True)
+        answer = client.infer("lanes", [tensor], outputs=[httpclient.InferRequestedOutput("NEG", binary_data=False)])
+        assert answer.as_numpy("NEG").tolist() == (-SMALL).tolist()  # an output as JSON: the core's
+    finally:
+        client.close()
+    assert _queue(server)[1] > before[1] + 1
+    wrong = SMALL.reshape(1, 2, 2)  # a shape the config does not allow
+    assert _post(server, wrong, None, binary_input=True) == _post(server, wrong, None, binary_input=False)
+
+
+def test_a_model_of_several_instances_is_served_by_the_core(server):
+    time.sleep(0.6)  # any lane would be open by now
+    for _ in range(3):
+        time.sleep(0.02)
+        before = _queue(server, "pair")
+        assert _post(server, SMALL, None, binary_input=True, model="pair")[0] == 200
+        assert _queue(server, "pair")[1] > before[1] + 1  # queued: the core ran it, on either instance
+
+
+def test_requests_that_come_together_are_answered_alike_whichever_serves_them(server):
+    expected = _post(server, LARGE, ["DOUBLE"], binary_input=False)
+    answers = []
+
+    def client() -> None:
+        for _ in range(20):
+            answers.append(_post(server, LARGE, ["DOUBLE"], binary_input=True))
+
+    clients = [threading.Thread(target=client) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join(60)
+    assert len(answers) == 80 and all(answer == expected for answer in answers)
+
+
+@pytest.mark.parametrize("first, words", [(-2.0, "worker process exited with code 3; it is being restarted"),
+                                          (-3.0, "execute did not finish within 2s; its worker is being restarted")],
+                         ids=["worker dies", "worker hangs"])
+def test_a_lost_worker_fails_the_request_in_the_cores_words_and_a_new_one_serves_the_next(server, first, words):
+    _on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))
+    data = SMALL.copy()
+    data[0, 0] = first
+    started = time.monotonic()
+    status, _, body = _post(server, data, None, binary_input=True)
+    assert (status, json.loads(body)) == (500, {"error": f"model 'lanes' instance 0: {words}"})
+    assert time.monotonic() - started < 8
+    deadline = time.monotonic() + 30
+    while _post(server, SMALL, None, binary_input=False)[0] != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    _on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # the new worker's lane
+
+
+def test_a_client_that_leaves_is_seen_by_the_model(server):
+    data = SMALL.copy()
+    data[0, 0] = -7.0
+    _on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # the lane is open
+    time.sleep(0.02)
+    before = _queue(server)
+    with pytest.raises(TimeoutError):
+        _post(server, data, None, binary_input=True, timeout=0.3)
+    deadline = time.monotonic() + 5
+    while not server.mark.exists() or _queue(server)[0] == before[0]:
+        assert time.monotonic() < deadline, "the model never saw its request cancelled"
+        time.sleep(0.02)
+    assert _queue(server) == (before[0] + 1, before[1] + 1)  # a lane served it
+
+
+@pytest.mark.parametrize("header, error", [
+    (b'{"inputs":[{"name":"IN","shape":[1,1180591620717411303424],"datatype":"FP32",'
+     b'"parameters":{"binary_data_size":16}}],"outputs":[{"name":"SAME","parameters":{"binary_data":true}}]}',
+     "shape [1, 1180591620717411303424] has a dimension too large (1180591620717411303424)"),
+    (b'{"id":"\\ud800","inputs":[{"name":"IN","shape":[1,4],"datatype":"FP32",'
+     b'"parameters":{"binary_data_size":16}}],"outputs":[{"name":"SAME","parameters":{"binary_data":true}}]}',
+     "failed to parse the request JSON buffer: JSON is malformed: unexpected end of escaped utf-16 surrogate pair "
+     "(byte 13)"),
+    (b'{"inputs":[{"name":"IN","shape":[1,4],"datatype":"FP32","parameters":{"binary_data_size":12}}]}',
+     "unexpected additional input data for model 'lanes'"),
+], ids=["a dim past int64", "a lone surrogate in the id", "sizes that do not add up"])
+def test_a_header_a_lane_cannot_hold_is_left_to_the_core(server, header, error):
+    time.sleep(0.02)
+    connection = http.client.HTTPConnection(server.http_url, timeout=30)
+    try:
+        connection.request("POST", "/v2/models/lanes/infer", body=header + bytes(16),
+                           headers={"Inference-Header-Content-Length": str(len(header))})
+        response = connection.getresponse()
+        status, body = response.status, response.read()
+    finally:
+        connection.close()
+    assert (status, json.loads(body)) == (400, {"error": error})
