@@ -239,16 +239,22 @@ class CallReply : public native_lane::Reply {
   void GiveBack(std::unique_ptr<native_lane::HandBack> hand_back) override {
     edge_->Push(Event{state_, kLane, true, {}, std::move(hand_back)});
   }
-  void Send(const native_lane::LaneSpec& lane, const std::string& id, const native_lane::Answer& answer) override {
-    grpc::ByteBuffer message;
-    if (answer.kind == native_lane::Answer::kResponse) message = native_lane::Response(lane, id, answer.outs);
+  void Write(const native_lane::LaneSpec& lane, const std::string& id, const native_lane::Answer& answer) override {
+    if (answer.kind == native_lane::Answer::kResponse) {
+      message_ = native_lane::Response(lane, id, answer.outs);
+    } else {
+      status_ = native_lane::ErrorStatus(lane, answer);
+      failed_ = true;
+    }
+  }
+  void Send() override {
     std::lock_guard<std::recursive_mutex> lock(state_->mu);
     if (state_->reactor == nullptr || state_->finishing) return;
     state_->finishing = true;
-    if (answer.kind != native_lane::Answer::kResponse) {
-      state_->reactor->Finish(native_lane::ErrorStatus(lane, answer));
+    if (failed_) {
+      state_->reactor->Finish(status_);
     } else {
-      state_->write_buffer.Swap(&message);
+      state_->write_buffer.Swap(&message_);
       state_->reactor->StartWriteAndFinish(&state_->write_buffer, grpc::WriteOptions(), grpc::Status::OK);
     }
   }
@@ -256,6 +262,9 @@ class CallReply : public native_lane::Reply {
  private:
   Edge* edge_;
   std::shared_ptr<CallState> state_;
+  grpc::ByteBuffer message_;  // written, to send
+  grpc::Status status_;
+  bool failed_ = false;
 };
 
 // A call's first message, served by a lane where one takes it (grpc's thread).

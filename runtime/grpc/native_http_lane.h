@@ -97,18 +97,18 @@ class HttpReply : public native_lane::Reply {
   using Deliver = std::function<void(std::unique_ptr<HttpAnswer>)>;
   HttpReply(uint64_t token, Deliver deliver) : token_(token), deliver_(std::move(deliver)) {}
 
-  void Send(const native_lane::LaneSpec& lane, const std::string& id, const native_lane::Answer& answer) override {
-    auto outcome = std::make_unique<HttpAnswer>();
-    outcome->token = token_;
+  void Write(const native_lane::LaneSpec& lane, const std::string& id, const native_lane::Answer& answer) override {
+    outcome_ = std::make_unique<HttpAnswer>();
+    outcome_->token = token_;
     if (answer.kind == native_lane::Answer::kResponse) {
-      outcome->body = Body(lane, id, answer, &outcome->json_length);
+      outcome_->body = Body(lane, id, answer, &outcome_->json_length);
     } else {
-      outcome->kind = HttpAnswer::kError;
-      outcome->status_name = std::string(answer.status_name);
-      outcome->message = std::string(answer.message);
+      outcome_->kind = HttpAnswer::kError;
+      outcome_->status_name = std::string(answer.status_name);
+      outcome_->message = std::string(answer.message);
     }
-    deliver_(std::move(outcome));
   }
+  void Send() override { deliver_(std::move(outcome_)); }
 
   void GiveBack(std::unique_ptr<native_lane::HandBack> hand_back) override {
     auto outcome = std::make_unique<HttpAnswer>();
@@ -121,6 +121,7 @@ class HttpReply : public native_lane::Reply {
  private:
   uint64_t token_;
   Deliver deliver_;
+  std::unique_ptr<HttpAnswer> outcome_;  // written, to send
 };
 
 }  // namespace native_http_lane

@@ -58,8 +58,10 @@ struct HandBack {
 class Reply {
  public:
   virtual ~Reply() = default;
-  // The answer (kResponse or kError), written while its views are valid: ``id`` is the request's.
-  virtual void Send(const LaneSpec& lane, const std::string& id, const Answer& answer) = 0;
+  // The answer (kResponse or kError) written in the protocol's form while its views are valid (``id``: the
+  // request's), then sent once the lane is free again (the client's next request finds it free).
+  virtual void Write(const LaneSpec& lane, const std::string& id, const Answer& answer) = 0;
+  virtual void Send() = 0;
   virtual void GiveBack(std::unique_ptr<HandBack> hand_back) = 0;
 };
 
@@ -315,10 +317,11 @@ class Lane {
   // The call under way ends (mu_ held); the lane is free again.
   void Finish(const Answer& answer) {
     std::unique_ptr<Reply> reply = std::move(pending_);
-    if (reply) reply->Send(spec_, id_, answer);  // before the buffer is the next call's
+    if (reply) reply->Write(spec_, id_, answer);  // before the buffer is the next call's
     placed_.clear();
     original_.Clear();
     bool tell = ReleaseLocked();
+    if (reply) reply->Send();
     if (tell) freed_(id_number_);
   }
 
