@@ -17,7 +17,13 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.e2e.test_native_lanes import CONFIG, MODEL, pytestmark  # noqa: F401 - skipped where the edge is not built
+from tests.e2e.test_native_lanes import (  # noqa: F401 - pytestmark: skipped where the edge is not built
+    CONFIG,
+    MODEL,
+    pytestmark,
+    queue_counts,
+    served_on_lane,
+)
 from tests.support import ServerProcess, write_model
 
 
@@ -55,31 +61,6 @@ def _post(server: ServerProcess, data: np.ndarray, outputs: list[str] | None, bi
         connection.close()
 
 
-def _queue(server: ServerProcess, model: str = "lanes") -> tuple[int, int]:
-    """(requests that succeeded, ns they spent queued) so far."""
-    client = httpclient.InferenceServerClient(server.http_url)
-    try:
-        stats = client.get_inference_statistics(model)["model_stats"][0]["inference_stats"]
-    finally:
-        client.close()
-    return stats["success"]["count"], stats["queue"]["ns"]
-
-
-def _on_lane(server: ServerProcess, call) -> object:
-    """``call()``'s outcome, asserting that a lane served it (one more success, nothing queued)."""
-    deadline = time.monotonic() + 10
-    while True:  # the lanes follow the core's offer within a quarter second (a new worker's too)
-        time.sleep(0.02)  # the route's last request, the statistics', is 10 ms behind
-        before = _queue(server)
-        time.sleep(0.02)
-        outcome = call()
-        after = _queue(server)
-        if after[1] == before[1] + 1 or time.monotonic() > deadline:
-            break
-    assert after == (before[0] + 1, before[1] + 1), "the core served the request, not a lane"
-    return outcome
-
-
 SMALL = np.array([[1.5, 2.0, 3.0, 4.0]], np.float32)
 LARGE = np.arange(3 * 6000, dtype=np.float32).reshape(3, 6000)  # 72 KB: written into the worker's buffer
 
@@ -87,7 +68,7 @@ LARGE = np.arange(3 * 6000, dtype=np.float32).reshape(3, 6000)  # 72 KB: written
 @pytest.mark.parametrize("data", [SMALL, LARGE], ids=["inline", "in the buffer"])
 @pytest.mark.parametrize("outputs", [None, ["NEG", "DOUBLE"], ["SAME"]], ids=["all", "two, reversed", "its input"])
 def test_a_lone_binary_request_is_answered_on_a_lane_byte_for_byte_as_the_core_answers_it(server, data, outputs):
-    status, headers, body = _on_lane(server, lambda: _post(server, data, outputs, binary_input=True))
+    status, headers, body = served_on_lane(server, lambda: _post(server, data, outputs, binary_input=True))
     assert status == 200
     assert (status, headers, body) == _post(server, data, outputs, binary_input=False)
     header = json.loads(body[:int(headers["inference-header-content-length"])])
@@ -96,7 +77,7 @@ def test_a_lone_binary_request_is_answered_on_a_lane_byte_for_byte_as_the_core_a
 
 def test_a_request_id_is_written_as_the_core_writes_it(server):
     odd = 'quote " backslash \\ newline \n tab \t bell \x07 accent é'
-    lane = _on_lane(server, lambda: _post(server, SMALL, ["SAME"], binary_input=True, request_id=odd))
+    lane = served_on_lane(server, lambda: _post(server, SMALL, ["SAME"], binary_input=True, request_id=odd))
     assert lane == _post(server, SMALL, ["SAME"], binary_input=False, request_id=odd)
 
 
@@ -111,7 +92,7 @@ def test_what_a_lane_does_not_write_itself_is_answered_as_the_core_answers_it(se
 
 
 def test_a_request_that_is_not_plain_goes_through_the_core(server):
-    before = _queue(server)
+    before = queue_counts(server)
     client = httpclient.InferenceServerClient(server.http_url)
     try:
         tensor = httpclient.InferInput("IN", list(SMALL.shape), "FP32")
@@ -120,7 +101,7 @@ def test_a_request_that_is_not_plain_goes_through_the_core(server):
         assert answer.as_numpy("NEG").tolist() == (-SMALL).tolist()  # an output as JSON: the core's
     finally:
         client.close()
-    assert _queue(server)[1] > before[1] + 1
+    assert queue_counts(server)[1] > before[1] + 1
     wrong = SMALL.reshape(1, 2, 2)  # a shape the config does not allow
     assert _post(server, wrong, None, binary_input=True) == _post(server, wrong, None, binary_input=False)
 
@@ -129,9 +110,9 @@ def test_a_model_of_several_instances_is_served_by_the_core(server):
     time.sleep(0.6)  # any lane would be open by now
     for _ in range(3):
         time.sleep(0.02)
-        before = _queue(server, "pair")
+        before = queue_counts(server, "pair")
         assert _post(server, SMALL, None, binary_input=True, model="pair")[0] == 200
-        assert _queue(server, "pair")[1] > before[1] + 1  # queued: the core ran it, on either instance
+        assert queue_counts(server, "pair")[1] > before[1] + 1  # queued: the core ran it, on either instance
 
 
 def test_requests_that_come_together_are_answered_alike_whichever_serves_them(server):
@@ -154,7 +135,7 @@ def test_requests_that_come_together_are_answered_alike_whichever_serves_them(se
                                           (-3.0, "execute did not finish within 2s; its worker is being restarted")],
                          ids=["worker dies", "worker hangs"])
 def test_a_lost_worker_fails_the_request_in_the_cores_words_and_a_new_one_serves_the_next(server, first, words):
-    _on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))
+    served_on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))
     data = SMALL.copy()
     data[0, 0] = first
     started = time.monotonic()
@@ -165,22 +146,22 @@ def test_a_lost_worker_fails_the_request_in_the_cores_words_and_a_new_one_serves
     while _post(server, SMALL, None, binary_input=False)[0] != 200:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    _on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # the new worker's lane
+    served_on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # the new worker's lane
 
 
 def test_a_client_that_leaves_is_seen_by_the_model(server):
     data = SMALL.copy()
     data[0, 0] = -7.0
-    _on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # the lane is open
+    served_on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # the lane is open
     time.sleep(0.02)
-    before = _queue(server)
+    before = queue_counts(server)
     with pytest.raises(TimeoutError):
         _post(server, data, None, binary_input=True, timeout=0.3)
     deadline = time.monotonic() + 5
-    while not server.mark.exists() or _queue(server)[0] == before[0]:
+    while not server.mark.exists() or queue_counts(server)[0] == before[0]:
         assert time.monotonic() < deadline, "the model never saw its request cancelled"
         time.sleep(0.02)
-    assert _queue(server) == (before[0] + 1, before[1] + 1)  # a lane served it
+    assert queue_counts(server) == (before[0] + 1, before[1] + 1)  # a lane served it
 
 
 @pytest.mark.parametrize("header, error", [

@@ -151,7 +151,7 @@ def _parameter(value):
     return int(inner) if kind in ("int64_param", "uint64_param") else inner
 
 
-def _queue(server: ServerProcess, model: str = "lanes") -> tuple[int, int]:
+def queue_counts(server: ServerProcess, model: str = "lanes") -> tuple[int, int]:
     """(requests that succeeded, ns they spent queued) so far."""
     client = httpclient.InferenceServerClient(server.http_url)
     try:
@@ -161,16 +161,19 @@ def _queue(server: ServerProcess, model: str = "lanes") -> tuple[int, int]:
     return stats["success"]["count"], stats["queue"]["ns"]
 
 
-def _lane_served(server: ServerProcess, call) -> object:
-    """``call()``'s outcome, asserting that a lane served it (one more success, nothing queued)."""
+def served_on_lane(server: ServerProcess, call) -> object:
+    """``call()``'s outcome, asserting that a lane served it (one more success, nothing queued).  Each try waits
+    out the 10 ms after the statistics' own request in which the HTTP route leaves requests to the core."""
     deadline = time.monotonic() + 10
     while True:  # the lanes follow the core's offer within a quarter second (a new worker's too)
-        before = _queue(server)
+        time.sleep(0.02)
+        before = queue_counts(server)
+        time.sleep(0.02)
         outcome = call()
-        after = _queue(server)
+        after = queue_counts(server)
         if after[1] == before[1] + 1 or time.monotonic() > deadline:
             break
-    assert after == (before[0] + 1, before[1] + 1), "the core served the call, not a lane"
+    assert after == (before[0] + 1, before[1] + 1), "the core served the request, not a lane"
     return outcome
 
 
@@ -181,7 +184,7 @@ LARGE = np.arange(3 * 6000, dtype=np.float32).reshape(3, 6000)  # 72 KB: written
 @pytest.mark.parametrize("data", [SMALL, LARGE], ids=["inline", "in the buffer"])
 @pytest.mark.parametrize("outputs", [None, ["NEG", "DOUBLE"], ["SAME"]], ids=["all", "two, reversed", "its input"])
 def test_a_plain_call_is_answered_on_a_lane_as_the_core_answers_it(server, data, outputs):
-    on_lane = _lane_served(server, lambda: _grpc(server, data, outputs))
+    on_lane = served_on_lane(server, lambda: _grpc(server, data, outputs))
     assert on_lane == _http(server, data, outputs)
     assert on_lane["id"] == "call-7" and on_lane["version"] == "1"
 
@@ -200,9 +203,9 @@ def test_what_a_lane_does_not_write_itself_is_answered_as_the_core_answers_it(se
 
 
 def test_a_call_that_is_not_plain_goes_through_the_core(server):
-    before = _queue(server)
+    before = queue_counts(server)
     assert "outputs" in _grpc(server, SMALL, parameters={"custom": "x"})
-    assert _queue(server)[1] > before[1] + 1
+    assert queue_counts(server)[1] > before[1] + 1
     wrong = _grpc(server, SMALL.astype(np.float32).reshape(1, 2, 2))  # a shape the config does not allow
     assert wrong["status"] == "StatusCode.INVALID_ARGUMENT"
     assert wrong["error"] == _http(server, SMALL.reshape(1, 2, 2))["error"]
@@ -222,27 +225,27 @@ def test_a_lost_worker_fails_the_call_in_the_cores_words_and_a_new_one_serves_th
     while "outputs" not in (answer := _grpc(server, SMALL)):
         assert time.monotonic() < deadline, answer
         time.sleep(0.1)
-    _lane_served(server, lambda: _grpc(server, SMALL))  # the new worker's lane
+    served_on_lane(server, lambda: _grpc(server, SMALL))  # the new worker's lane
 
 
 def test_a_client_that_leaves_is_seen_by_the_model(server):
     data = SMALL.copy()
     data[0, 0] = -7.0
-    _lane_served(server, lambda: _grpc(server, SMALL))  # the lane is open
-    before = _queue(server)
+    served_on_lane(server, lambda: _grpc(server, SMALL))  # the lane is open
+    before = queue_counts(server)
     assert _grpc(server, data, client_timeout=0.3)["status"] == "StatusCode.DEADLINE_EXCEEDED"
     deadline = time.monotonic() + 5
-    while not server.mark.exists() or _queue(server)[0] == before[0]:
+    while not server.mark.exists() or queue_counts(server)[0] == before[0]:
         assert time.monotonic() < deadline, "the model never saw its request cancelled"
         time.sleep(0.02)
-    assert _queue(server) == (before[0] + 1, before[1] + 1)  # a lane served it
+    assert queue_counts(server) == (before[0] + 1, before[1] + 1)  # a lane served it
 
 
 def test_an_unload_waits_for_the_call_a_lane_is_serving(tmp_path):
     write_model(tmp_path / "models", "lanes", CONFIG, {"1/model.py": MODEL})
     with ServerProcess(tmp_path / "models", "--model-control-mode", "explicit", "--load-model", "lanes",
                        env={"LANES_MARK": str(tmp_path / "mark")}) as server:
-        _lane_served(server, lambda: _grpc(server, SMALL))
+        served_on_lane(server, lambda: _grpc(server, SMALL))
         slow = SMALL.copy()
         slow[0, 0] = -6.0
         answers = []
@@ -261,7 +264,7 @@ def test_an_unload_waits_for_the_call_a_lane_is_serving(tmp_path):
 
 
 def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
-    _lane_served(server, lambda: _grpc(server, SMALL))
+    served_on_lane(server, lambda: _grpc(server, SMALL))
     time.sleep(0.6)
     descriptors = psutil.Process(server.process.pid).num_fds()
     client = httpclient.InferenceServerClient(server.http_url)
@@ -269,11 +272,11 @@ def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
         for _ in range(3):  # each time a lane is retired and another opened on the same worker
             client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
             time.sleep(0.6)  # the lanes follow within a quarter second
-            before = _queue(server)
+            before = queue_counts(server)
             assert "outputs" in _grpc(server, SMALL)
-            assert _queue(server)[1] > before[1] + 1  # queued: the core served it
+            assert queue_counts(server)[1] > before[1] + 1  # queued: the core served it
             client.update_trace_settings(settings={"trace_level": ["OFF"]})
-            _lane_served(server, lambda: _grpc(server, SMALL))  # and a lane again once tracing is off
+            served_on_lane(server, lambda: _grpc(server, SMALL))  # and a lane again once tracing is off
     finally:
         client.update_trace_settings(settings={"trace_level": ["OFF"]})
         client.close()
@@ -283,10 +286,10 @@ def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
 
 def test_a_model_found_sending_bls_requests_is_served_by_the_core_from_then_on(server):
     time.sleep(0.6)  # relay's lane is open (nothing has called relay yet)
-    before = _queue(server, "relay")
+    before = queue_counts(server, "relay")
     assert _grpc(server, SMALL, model="relay")["outputs"][0][3] == (SMALL * 2).tolist()
-    assert _queue(server, "relay") == (before[0] + 1, before[1] + 1)  # on its lane: its BLS request finds it out
+    assert queue_counts(server, "relay") == (before[0] + 1, before[1] + 1)  # on its lane: its BLS request finds it out
     time.sleep(0.6)  # and its lane is retired at the next tick
-    before = _queue(server, "relay")
+    before = queue_counts(server, "relay")
     assert _grpc(server, SMALL, model="relay")["outputs"][0][3] == (SMALL * 2).tolist()
-    assert _queue(server, "relay")[1] > before[1] + 1
+    assert queue_counts(server, "relay")[1] > before[1] + 1
