@@ -186,3 +186,23 @@ def test_a_header_a_lane_cannot_hold_is_left_to_the_core(server, header, error):
     finally:
         connection.close()
     assert (status, json.loads(body)) == (400, {"error": error})
+
+
+def test_sigterm_drains_a_request_a_lane_is_serving(tmp_path):
+    write_model(tmp_path / "models", "lanes", CONFIG, {"1/model.py": MODEL})
+    server = ServerProcess(tmp_path / "models", strict=True, env={"LANES_MARK": str(tmp_path / "mark")}).start()
+    try:
+        served_on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))
+        slow = SMALL.copy()
+        slow[0, 0] = -6.0  # takes a second
+        answers = []
+        request = threading.Thread(target=lambda: answers.append(_post(server, slow, ["SAME"], binary_input=True)))
+        request.start()
+        time.sleep(0.3)  # executing on the lane
+        assert server.stop() == 0, server.log()
+        request.join(10)
+    finally:
+        server.stop()
+    assert answers and answers[0][0] == 200, answers
+    header_length = int(answers[0][1]["inference-header-content-length"])
+    assert np.frombuffer(answers[0][2][header_length:], np.float32).tolist() == slow.ravel().tolist()
