@@ -54,13 +54,7 @@ def send_pickled(connection: Connection, message: tuple) -> None:
     if len(payload) > 0x7FFFFFFF:
         connection.send_bytes(payload)
         return
-    fd = connection.fileno()
-    header = _FRAME.pack(len(payload))
-    written = os.writev(fd, (header, payload))
-    if written < len(header) + len(payload):  # a signal cut the write short: the rest, in order
-        rest = memoryview(header + payload)[written:]
-        while rest:
-            rest = rest[os.write(fd, rest):]
+    _write_frame(connection.fileno(), payload)
 
 
 def recv_pickled(connection: Connection) -> Any:
@@ -79,18 +73,24 @@ def send_direct(fd: int, message: tuple) -> None:
     payload = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
     if len(payload) > 0x7FFFFFFF:
         raise ValueError(f"a direct answer of {len(payload)} bytes (2 GiB at most)")
-    header = _FRAME.pack(len(payload))
-    written = os.writev(fd, (header, payload))  # the payload not copied behind its header
-    if written < len(header) + len(payload):
-        rest = memoryview(header + payload)[written:]
-        while rest:
-            rest = rest[os.write(fd, rest):]
+    _write_frame(fd, payload)
 
 
 def recv_direct(fd: int) -> Any:
     """A batch sent on a direct path's socket; EOFError once it has closed."""
     (size,) = _FRAME.unpack(_read_exactly(fd, 4))
     return pickle.loads(_read_exactly(fd, size))
+
+
+def _write_frame(fd: int, payload: bytes) -> None:
+    """A 4-byte length and the payload in one ``writev`` (the payload not copied behind its header); a write a
+    signal cut short goes on with the rest, in order."""
+    header = _FRAME.pack(len(payload))
+    written = os.writev(fd, (header, payload))
+    if written < len(header) + len(payload):
+        rest = memoryview(header + payload)[written:]
+        while rest:
+            rest = rest[os.write(fd, rest):]
 
 
 def inline_ref(name: str, array: np.ndarray) -> TensorRef:

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace native_infer_response {
@@ -63,13 +64,56 @@ inline std::string_view Utf8(const py::handle& text) {
   return {data, static_cast<size_t>(size)};
 }
 
+// One output to write: where its name, datatype, shape and bytes lie (the caller keeps them alive).
+struct OutputView {
+  std::string_view name, datatype;
+  const std::vector<uint64_t>* shape;
+  std::string_view data;
+};
+
+// A ModelInferResponse's bytes, in the order (and with the packing) protobuf's own serializer writes them, into one
+// grpc slice: each output's bytes copied once (the core's answer, native_edge.cc; a lane's, native_lane_answer.h).
+inline grpc::ByteBuffer Write(std::string_view model, std::string_view version, std::string_view id,
+                              const std::vector<OutputView>& outputs) {
+  std::vector<std::pair<size_t, size_t>> sizes;  // each output's packed shape and InferOutputTensor message
+  sizes.reserve(outputs.size());
+  size_t total = StringSize(model) + StringSize(version) + StringSize(id);
+  for (const auto& output : outputs) {
+    size_t packed = 0;
+    for (uint64_t dim : *output.shape) packed += VarintSize(dim);
+    size_t body = StringSize(output.name) + StringSize(output.datatype) + (packed ? FieldSize(packed) : 0);
+    sizes.emplace_back(packed, body);
+    total += FieldSize(body) + FieldSize(output.data.size());
+  }
+  grpc_slice raw = grpc_slice_malloc(total);
+  uint8_t* out = GRPC_SLICE_START_PTR(raw);
+  out = PutString(kModelName, model, out);
+  out = PutString(kModelVersion, version, out);
+  out = PutString(kId, id, out);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [packed, body] = sizes[i];
+    *out++ = static_cast<uint8_t>(kOutputs << 3 | 2);
+    out = PutVarint(body, out);
+    out = PutString(kOutputName, outputs[i].name, out);
+    out = PutString(kOutputDatatype, outputs[i].datatype, out);
+    if (packed) {
+      *out++ = static_cast<uint8_t>(kOutputShape << 3 | 2);
+      out = PutVarint(packed, out);
+      for (uint64_t dim : *outputs[i].shape) out = PutVarint(dim, out);
+    }
+  }
+  for (const auto& output : outputs) {  // every output's entry, an empty one for an output in shared memory
+    out = PutField(kRawOutputContents, output.data.data(), output.data.size(), out);
+  }
+  grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 // One output as read from Python; ``data`` is released by Outputs.
 struct Output {
   std::string_view name, datatype;
   std::vector<uint64_t> shape;
-  size_t packed_shape = 0;  // the shape's varints, packed
-  size_t body = 0;          // the InferOutputTensor message's size
-  Py_buffer data{};         // zeroed until acquired: releasing it then does nothing
+  Py_buffer data{};  // zeroed until acquired: releasing it then does nothing
 };
 
 // The outputs of a tuple form, each one's bytes held (as a buffer) until they are written; every buffer acquired
@@ -104,10 +148,7 @@ class Outputs {
         long long value = PyLong_AsLongLong(dim.ptr());
         if (value == -1 && PyErr_Occurred()) throw py::error_already_set();
         output.shape.push_back(static_cast<uint64_t>(value));  // int64 on the wire: a negative takes ten bytes
-        output.packed_shape += VarintSize(output.shape.back());
       }
-      output.body = StringSize(output.name) + StringSize(output.datatype) +
-                    (output.shape.empty() ? 0 : FieldSize(output.packed_shape));
       if (PyObject_GetBuffer(fields[3].ptr(), &output.data, PyBUF_SIMPLE) != 0) throw py::error_already_set();
     }
   }
@@ -120,38 +161,20 @@ class Outputs {
   std::vector<Output> outputs_;
 };
 
-// The message's bytes, in the order (and with the packing) protobuf's own serializer writes them.
+// The message for Python's tuple form of the core's answer: (model name, version, id, [(name, datatype, shape,
+// bytes)]).
 inline grpc::ByteBuffer Encode(const py::handle& form) {
   py::tuple fields = py::reinterpret_borrow<py::tuple>(form);
   if (fields.size() != 4) throw py::value_error("a response is (model name, version, id, outputs)");
   std::string_view model = Utf8(fields[0]), version = Utf8(fields[1]), id = Utf8(fields[2]);
   Outputs outputs(fields[3]);
-  size_t total = StringSize(model) + StringSize(version) + StringSize(id);
+  std::vector<OutputView> views;
+  views.reserve(outputs.items().size());
   for (const auto& output : outputs.items()) {
-    total += FieldSize(output.body) + FieldSize(static_cast<size_t>(output.data.len));
+    views.push_back({output.name, output.datatype, &output.shape,
+                     std::string_view(static_cast<const char*>(output.data.buf), static_cast<size_t>(output.data.len))});
   }
-  grpc_slice raw = grpc_slice_malloc(total);
-  uint8_t* out = GRPC_SLICE_START_PTR(raw);
-  out = PutString(kModelName, model, out);
-  out = PutString(kModelVersion, version, out);
-  out = PutString(kId, id, out);
-  for (const auto& output : outputs.items()) {
-    *out++ = static_cast<uint8_t>(kOutputs << 3 | 2);
-    out = PutVarint(output.body, out);
-    out = PutString(kOutputName, output.name, out);
-    out = PutString(kOutputDatatype, output.datatype, out);
-    if (!output.shape.empty()) {
-      *out++ = static_cast<uint8_t>(kOutputShape << 3 | 2);
-      out = PutVarint(output.packed_shape, out);
-      for (uint64_t dim : output.shape) out = PutVarint(dim, out);
-    }
-  }
-  for (const auto& output : outputs.items()) {  // every output's entry, an empty one for an output in shared memory
-    out = PutField(kRawOutputContents, static_cast<const char*>(output.data.buf), static_cast<size_t>(output.data.len),
-                   out);
-  }
-  grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
-  return grpc::ByteBuffer(&slice, 1);
+  return Write(model, version, id, views);
 }
 
 }  // namespace native_infer_response

@@ -24,7 +24,6 @@ namespace native_lane {
 struct Produced {
   std::string_view name, datatype, data;
   std::vector<uint64_t> shape;
-  size_t packed = 0, body = 0;  // the shape's varints; the InferOutputTensor message's size
 };
 
 // What the lane answers, as views of the worker's message and the lane's buffer (valid until the lane's next call).
@@ -61,34 +60,12 @@ inline grpc::Status ErrorStatus(const LaneSpec& lane, const Answer& answer) {
   return grpc::Status(static_cast<grpc::StatusCode>(code), std::string(answer.message));
 }
 
-// The ModelInferResponse's bytes, in the order (and with the packing) protobuf's own serializer writes them.
+// The ModelInferResponse's bytes (native_infer_response.h writes them as it writes the core's answer).
 inline grpc::ByteBuffer Response(const LaneSpec& lane, const std::string& id, const std::vector<Produced*>& outs) {
-  using namespace native_infer_response;
-  size_t total = StringSize(lane.model) + StringSize(lane.version) + StringSize(id);
-  for (Produced* out : outs) {
-    for (uint64_t dim : out->shape) out->packed += VarintSize(dim);
-    out->body = StringSize(out->name) + StringSize(out->datatype) + (out->shape.empty() ? 0 : FieldSize(out->packed));
-    total += FieldSize(out->body) + FieldSize(out->data.size());
-  }
-  grpc_slice raw = grpc_slice_malloc(total);
-  uint8_t* cursor = GRPC_SLICE_START_PTR(raw);
-  cursor = PutString(kModelName, lane.model, cursor);
-  cursor = PutString(kModelVersion, lane.version, cursor);
-  cursor = PutString(kId, id, cursor);
-  for (const Produced* out : outs) {
-    *cursor++ = static_cast<uint8_t>(kOutputs << 3 | 2);
-    cursor = PutVarint(out->body, cursor);
-    cursor = PutString(kOutputName, out->name, cursor);
-    cursor = PutString(kOutputDatatype, out->datatype, cursor);
-    if (!out->shape.empty()) {
-      *cursor++ = static_cast<uint8_t>(kOutputShape << 3 | 2);
-      cursor = PutVarint(out->packed, cursor);
-      for (uint64_t dim : out->shape) cursor = PutVarint(dim, cursor);
-    }
-  }
-  for (const Produced* out : outs) cursor = PutField(kRawOutputContents, out->data.data(), out->data.size(), cursor);
-  grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
-  return grpc::ByteBuffer(&slice, 1);
+  std::vector<native_infer_response::OutputView> views;
+  views.reserve(outs.size());
+  for (const Produced* out : outs) views.push_back({out->name, out->datatype, &out->shape, out->data});
+  return native_infer_response::Write(lane.model, lane.version, id, views);
 }
 
 // What the lane answers a request (its ``requested`` outputs, its inputs ``placed`` in ``buffer``) with, from the
