@@ -1,17 +1,18 @@
 """The native edge's lanes (``native_lane.h``): a plain ModelInfer call to a model the core offers a direct path for
 (``runtime/direct_path.py``) is served in grpc's own threads, straight to the model's worker and back, without the
-event loop.
+event loop; the HTTP route hands them a lone request with binary tensors too (``runtime/http/lane_route.py``,
+``native_http_lane.h``: :meth:`NativeLanes.take_http`), its outcome coming back as the edge's event.
 
 On the loop, every ``RECONCILE_SECONDS``, the open lanes follow what the core offers: a lane opens on each offered
-model's side door, and is retired where the model's version or worker changed or the model left the offer
-(unloaded, tracing turned on, the server shutting down); the handler also stops a lane itself before its worker
-stops (the door's closing hook). A lane takes a call only while it is the only ModelInfer call at the edge and the
-model's own queue is idle; while its call executes, the model's scheduler waits for it before running a batch (the
-edge tells when it ends: :meth:`NativeLanes.freed`). What the lanes serve is counted in the models' statistics
-whenever those are read, and keeps the server from idling out. A call
-a lane gives back is finished here in the core's words: an answer the lane does not write itself (response
-parameters, a missing output, an error too long, a model asking to see the request again, which is then served
-afresh), or a worker that went away or did not answer in time.
+model's side door, and is retired where the model's version or worker changed or the model left the offer (unloaded,
+tracing turned on, the server shutting down); the handler also stops a lane itself before its worker stops (the
+door's closing hook). A lane takes a call only while it is the only ModelInfer call at the edge and the model's own
+queue is idle; while its call executes, the model's scheduler waits for it before running a batch (the edge tells
+when it ends: :meth:`NativeLanes.freed`). What the lanes serve is counted in the models' statistics whenever those
+are read, and keeps the server from idling out. A request a lane gives back is finished here in the core's words
+(:meth:`NativeLanes.settle`, for either protocol): an answer the lane does not write itself (response parameters, a
+missing output, an error too long, a model asking to see the request again, which is then served afresh), or a
+worker that went away or did not answer in time.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class NativeLanes:
         deadline = time.monotonic() + timeout
         while self._http and any(entry.lane.busy for entry in self.retired.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+
+    def busy(self) -> bool:
+        """Whether a lane is serving a request now (one the core's drain cannot see)."""
+        return any(entry.lane.busy for entry in (*self.open.values(), *self.retired.values()))
 
     def close(self) -> None:
         """After the edge has shut down: every lane's socket closed, its thread ended."""

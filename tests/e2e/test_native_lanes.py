@@ -21,6 +21,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from runtime.grpc.native import NATIVE_EDGE_BUILT
+from runtime.server import EXIT_CUT_OFF
 from tests.support import ServerProcess, python_model_source, write_model
 
 if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
@@ -293,3 +294,21 @@ def test_a_model_found_sending_bls_requests_is_served_by_the_core_from_then_on(s
     before = queue_counts(server, "relay")
     assert _grpc(server, SMALL, model="relay")["outputs"][0][3] == (SMALL * 2).tolist()
     assert queue_counts(server, "relay")[1] > before[1] + 1
+
+
+def test_sigterm_past_the_drain_counts_a_lanes_call_as_cut_off(tmp_path):
+    """A call a lane serves is not one the core's drain can see: the server still exits with the cut-off code."""
+    write_model(tmp_path / "models", "lanes", CONFIG, {"1/model.py": MODEL})
+    server = ServerProcess(tmp_path / "models", "--shutdown-timeout", "0.3",
+                           env={"LANES_MARK": str(tmp_path / "mark")}).start()
+    try:
+        served_on_lane(server, lambda: _grpc(server, SMALL))
+        slow = SMALL.copy()
+        slow[0, 0] = -6.0  # takes a second
+        call = threading.Thread(target=_grpc, args=(server, slow), daemon=True)
+        call.start()
+        time.sleep(0.3)  # executing on the lane
+        assert server.stop() == EXIT_CUT_OFF, server.log()
+        call.join(10)
+    finally:
+        server.stop()
