@@ -117,7 +117,10 @@ class NativeLanes:
             active = active or taken != entry.taken or entry.lane.busy
             entry.taken = taken
         for name, model in offered.items():
-            if name not in self.open:
+            # one reader on a worker's socket at a time: a retired lane's, still reading until it ends, would take
+            # (and split) the answers of a new lane on the same side door
+            if name not in self.open and not any(entry.model.channel is model.channel
+                                                 for entry in self.retired.values()):
                 self._open(model)
         now = time.monotonic()
         for lane_id, entry in list(self.retired.items()):
