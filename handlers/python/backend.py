@@ -191,8 +191,7 @@ class PythonBackendHandler(ModelHandler):
         """A request sent through the side door failed with its worker: why, in the words a batch's failure has
         (``batch.py``); one that timed out has its worker dropped and restarted, as a batch's would."""
         if not timed_out:
-            worker.wait_exit(5)
-            return f"{self.supervisor.label}: worker process {worker.exit_description()}; it is being restarted"
+            return f"{self.supervisor.label}: worker process {worker.exit_description(5)}; it is being restarted"
         what = f"execute did not finish within {self.execute_timeout:g}s"
         self.supervisor.hold()
         try:

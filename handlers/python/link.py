@@ -131,8 +131,9 @@ class WorkerLink:
             self.process.join(timeout)
             return self.process.exitcode
 
-    def exit_description(self) -> str:
-        code = self.wait_exit(1)
+    def exit_description(self, timeout: float = 1.0) -> str:
+        """How the process ended, waiting ``timeout`` seconds at most for it to."""
+        code = self.wait_exit(timeout)
         if code is None:
             return "did not answer"
         return f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"

@@ -114,25 +114,30 @@ class NativeGrpcServer:
         """Stop taking calls, let those running finish for ``grace`` seconds, then cancel the rest; False where a
         lane was still serving a request at the deadline (the core's drain counts the others as cut off)."""
         grace = 0.0 if grace is None else grace
-        cut_off: list[bool] = []
+        busy_at_deadline = False
+
+        def check_deadline() -> None:
+            nonlocal busy_at_deadline
+            busy_at_deadline = self.lanes.busy()
+
         deadline_check = None
         if self.lanes is not None:
             self.lanes.stop()
-            deadline_check = self.loop.call_later(grace, lambda: cut_off.append(self.lanes.busy()))
+            deadline_check = self.loop.call_later(grace, check_deadline)
         started = time.monotonic()
         await asyncio.to_thread(self.edge.shutdown, grace)
         self._take_events()  # the cancellations of calls cut off, calls given back by lanes
+        cut_off = False
         if self.lanes is not None:
             await self.lanes.quiet(max(0.0, grace - (time.monotonic() - started)))
-            if not cut_off:  # the deadline has not come: what is busy now is cut off
-                deadline_check.cancel()
-                cut_off.append(self.lanes.busy())
+            deadline_check.cancel()
+            cut_off = busy_at_deadline or self.lanes.busy()  # busy now: the deadline had not come, or it ran past
             self.lanes.close()
         self.loop.remove_reader(self.edge.fileno())
         for task in [*self._unary.values(), *(stream.task for stream in self._streams.values())]:
             if task is not None:
                 task.cancel()
-        return not any(cut_off)
+        return not cut_off
 
     def _take_events(self) -> None:
         for call, kind, payload in self.edge.take(self.receive_into):
