@@ -11,7 +11,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from handlers.python.transport import recv_direct, recv_pickled
+from handlers.python.transport import UnreadableFrame, recv_direct, recv_pickled
 
 
 class Inbox:
@@ -111,10 +111,15 @@ class Inbox:
             os.close(direct)
             self.direct = None
             return False
-        if message[0] == "direct":
+        except UnreadableFrame as exc:  # read whole but not understood: the batch it carried fails, no more
+            self.work.append(("unreadable", str(exc)))
+            return True
+        if message[0] == "direct" and len(message) == 4:
             self.work.append(message)
-        else:
+        elif message[0] == "cancel" and len(message) == 2:
             self._route(message)
+        else:
+            self.work.append(("unreadable", f"a {message[0]!r} message of {len(message)} items"))
         return True
 
     def _release(self) -> None:

@@ -76,10 +76,23 @@ def send_direct(fd: int, message: tuple) -> None:
     _write_frame(fd, payload)
 
 
+class UnreadableFrame(ValueError):
+    """A whole frame came on a direct path's socket but is not a message this protocol sends (a string that is
+    not UTF-8, a truncated pickle): the stream stays in step, only that message is lost."""
+
+
 def recv_direct(fd: int) -> Any:
-    """A batch sent on a direct path's socket; EOFError once it has closed."""
+    """A batch sent on a direct path's socket; EOFError once it has closed, UnreadableFrame for one that cannot
+    be read."""
     (size,) = _FRAME.unpack(_read_exactly(fd, 4))
-    return pickle.loads(_read_exactly(fd, size))
+    frame = _read_exactly(fd, size)
+    try:
+        message = pickle.loads(frame)  # noqa: S301 - the server's own lane, on a socket only it holds
+    except Exception as exc:  # noqa: BLE001 - whatever the bytes, the worker lives
+        raise UnreadableFrame(f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(message, tuple) or not message:
+        raise UnreadableFrame(f"a {type(message).__name__} is not a message")
+    return message
 
 
 def _write_frame(fd: int, payload: bytes) -> None:

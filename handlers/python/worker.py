@@ -266,12 +266,17 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
     """Execute a batch (``separately``: each request alone, one after another, a model without dynamic batching
     as Triton runs it, ``progress`` told which it begins) and send its results, together (on ``direct``, a direct
     path's socket, for a batch that came that way: its outputs inside the message)."""
-    batch = [RequestData(key=key, inputs=[(ref[0], host.server_memory.array(ref)) for ref in refs],
-                         request_id=request_id, outputs=outputs, parameters=parameters, correlation_id=correlation,
-                         flags=flags, timeout=timeout)
-             for key, refs, request_id, outputs, parameters, correlation, flags, timeout, *_ in requests]
-    origin = BlsOrigin(max((tuple(request[8]) for request in requests), key=len, default=()),
-                       requests[0][9] if requests else 0)
+    try:
+        batch = [RequestData(key=key, inputs=[(ref[0], host.server_memory.array(ref)) for ref in refs],
+                             request_id=request_id, outputs=outputs, parameters=parameters,
+                             correlation_id=correlation, flags=flags, timeout=timeout)
+                 for key, refs, request_id, outputs, parameters, correlation, flags, timeout, *_ in requests]
+        origin = BlsOrigin(max((tuple(request[8]) for request in requests), key=len, default=()),
+                           requests[0][9] if requests else 0)
+    except Exception as exc:  # noqa: BLE001 - a batch that cannot be read fails itself, never the worker
+        _send_results(host, batch_id, [error_result(f"the batch could not be read: {type(exc).__name__}: {exc}")]
+                      * len(requests), direct)
+        return
     if separately:  # never decoupled (the server sends such a model's requests one by one)
         results = []
         for index, data in enumerate(batch):
@@ -291,6 +296,11 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
                    for request, data, result in zip(requests, batch, results, strict=True)]
     except (MemoryError, ValueError, TypeError) as exc:
         encoded = [error_result(f"cannot return the outputs: {type(exc).__name__}: {exc}")] * len(batch)
+    _send_results(host, batch_id, encoded, direct)
+
+
+def _send_results(host: WorkerHost, batch_id: int, encoded: list, direct: int | None) -> None:
+    """A batch's results, on ``direct`` (a direct path's socket) for a batch that came that way."""
     if direct is not None:
         try:
             try:
@@ -332,6 +342,9 @@ def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int, progr
             _execute(runner, host, message[1], message[2], message[3], progress)
         elif message[0] == "direct":
             _execute(runner, host, message[1], message[2], message[3], progress, direct=host.inbox.direct)
+        elif message[0] == "unreadable":  # a direct batch whose message could not be read: its one request fails
+            _send_results(host, 0, [error_result(f"the request could not be read: {message[1]}")],
+                          host.inbox.direct)
         elif message[0] == "finalize":
             runner.finalize()
             try:

@@ -144,8 +144,8 @@ class NativeGrpcServer:
             if call is None:  # a lane is free again, or an HTTP request's outcome (no call)
                 if kind == self.native.HTTP:
                     self.lanes.http_outcome(payload)
-                else:
-                    self.lanes.freed(payload)
+                elif kind == self.native.LANE_FREE:
+                    self.lanes.freed(payload)  # UNREADABLE: its call was ended natively
                 continue
             try:
                 self._event(call, kind, payload)

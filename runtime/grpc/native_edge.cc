@@ -144,12 +144,21 @@ struct EdgeDeleter {
   }
 };
 
+// Text a lane holds, for Python: never raises (a lane takes only UTF-8 strings, native_wire.h; were one to slip
+// through, its bad bytes are replaced rather than the whole batch of events lost with an exception in take()).
+py::str LaneText(const std::string& text) {
+  PyObject* decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+  if (decoded == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(decoded);
+}
+
 // A hand-back's fields as Python reads them (native_lanes.py), but for the request's message.
 py::tuple HandBackFields(const native_lane::HandBack& back) {
-  py::list inputs;
+  py::list inputs, requested;
   for (const auto& input : back.inputs) inputs.append(py::bytes(input));
-  return py::make_tuple(back.lane, back.why, py::bytes(back.frame), back.id, inputs, back.requested, back.batch_size,
-                        back.elapsed_ns);
+  for (const auto& name : back.requested) requested.append(LaneText(name));
+  return py::make_tuple(back.lane, LaneText(back.why), py::bytes(back.frame), LaneText(back.id), inputs, requested,
+                        back.batch_size, back.elapsed_ns);
 }
 
 // An HTTP answer's body, read by Python in place (a large one is copied only into the chunks it is sent in).
@@ -162,7 +171,9 @@ struct HttpBody {
 py::tuple HttpOutcome(native_http_lane::HttpAnswer& http) {
   using native_http_lane::HttpAnswer;
   if (http.kind == HttpAnswer::kGivenBack) return py::make_tuple("back", HandBackFields(*http.hand_back));
-  if (http.kind == HttpAnswer::kError) return py::make_tuple("error", http.status_name, http.message);
+  if (http.kind == HttpAnswer::kError) {
+    return py::make_tuple("error", LaneText(http.status_name), LaneText(http.message));
+  }
   py::object body = py::cast(std::make_unique<HttpBody>(HttpBody{std::move(http.body)}));
   return py::make_tuple("answer", py::memoryview(body), http.json_length);
 }
@@ -211,34 +222,51 @@ bool TakeHttp(Edge& edge, uint64_t token, const std::string& model, const std::s
   return taken;
 }
 
+// One event as Python takes it: (call or None, kind, payload).
+py::tuple EventForPython(Event& event, uint32_t field, size_t min_bytes, const py::object& into) {
+  py::object payload;
+  if (event.kind == kLaneFree) return py::make_tuple(py::none(), event.kind, event.lane);
+  if (event.kind == kHttp) {
+    return py::make_tuple(py::none(), event.kind, py::make_tuple(event.http->token, HttpOutcome(*event.http)));
+  }
+  if (event.kind == kLane) {
+    native_lane::HandBack& back = *event.hand_back;
+    payload = py::make_tuple(HandBackFields(back),
+                             native_received::Received(back.original, true, true, field, min_bytes, into));
+  } else if (event.kind == kStart || event.kind == kRead) {
+    payload = event.ok ? native_received::Received(event.payload, event.call->split, event.call->decode, field,
+                                                    min_bytes, into)
+                       : py::none();
+  } else {
+    payload = py::bool_(event.ok);
+  }
+  return py::make_tuple(Call(event.call), event.kind, std::move(payload));
+}
+
+// An event that could not be made into Python objects, ended here: a call with INTERNAL, an HTTP request with the
+// core's INTERNAL error; Python skips it (kUnreadable), or settles the HTTP request.
+py::tuple UnreadableEvent(Event& event) {
+  if (event.kind == kHttp && event.http) {
+    return py::make_tuple(py::none(), event.kind,
+                          py::make_tuple(event.http->token,
+                                         py::make_tuple("error", "INTERNAL", "the server could not read this answer")));
+  }
+  if (event.call) Call(event.call).finish(13, "the server could not read this call", py::none());
+  return py::make_tuple(py::none(), static_cast<int>(native_edge::kUnreadable), py::none());
+}
+
 py::list Take(Edge& edge, const py::object& into) {
   uint32_t field = static_cast<uint32_t>(edge.split_field());
   size_t min_bytes = edge.split_min_bytes();
   std::vector<Event> events = edge.TakeEvents();
   py::list out(events.size());
   for (size_t i = 0; i < events.size(); ++i) {
-    Event& event = events[i];
-    py::object payload;
-    if (event.kind == kLaneFree) {
-      out[i] = py::make_tuple(py::none(), event.kind, event.lane);
-      continue;
+    try {
+      out[i] = EventForPython(events[i], field, min_bytes, into);
+    } catch (py::error_already_set& error) {  // one event's failure never costs the others theirs
+      error.discard_as_unraisable("reading a native edge's event");
+      out[i] = UnreadableEvent(events[i]);
     }
-    if (event.kind == kHttp) {
-      out[i] = py::make_tuple(py::none(), event.kind, py::make_tuple(event.http->token, HttpOutcome(*event.http)));
-      continue;
-    }
-    if (event.kind == kLane) {
-      native_lane::HandBack& back = *event.hand_back;
-      payload = py::make_tuple(HandBackFields(back),
-                               native_received::Received(back.original, true, true, field, min_bytes, into));
-    } else if (event.kind == kStart || event.kind == kRead) {
-      payload = event.ok ? native_received::Received(event.payload, event.call->split, event.call->decode, field,
-                                                      min_bytes, into)
-                         : py::none();
-    } else {
-      payload = py::bool_(event.ok);
-    }
-    out[i] = py::make_tuple(Call(std::move(event.call)), event.kind, std::move(payload));
   }
   return out;
 }
@@ -258,6 +286,7 @@ PYBIND11_MODULE(_native_edge, module) {
   module.attr("LANE") = static_cast<int>(kLane);
   module.attr("LANE_FREE") = static_cast<int>(kLaneFree);
   module.attr("HTTP") = static_cast<int>(kHttp);
+  module.attr("UNREADABLE") = static_cast<int>(native_edge::kUnreadable);
   module.attr("GRPC_VERSION") = grpc::Version();
   module.def(
       "infer_response_bytes",

@@ -27,7 +27,10 @@
 
 namespace native_edge {
 
-enum EventKind { kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3, kLane = 4, kLaneFree = 5, kHttp = 6 };
+// kUnreadable: an event take() could not hand to Python, ended natively (native_edge.cc).
+enum EventKind {
+  kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3, kLane = 4, kLaneFree = 5, kHttp = 6, kUnreadable = 7
+};
 
 class EdgeReactor;
 

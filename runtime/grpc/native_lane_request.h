@@ -46,6 +46,8 @@ inline bool Accepts(const LaneSpec& lane, size_t buffer_size, const native_wire:
   if (request.model_name != lane.model) return false;
   if (!request.model_version.empty() && request.model_version != lane.version) return false;
   if (request.inputs.size() != lane.inputs.size() || raws.size() != lane.inputs.size()) return false;
+  // A batched model's batch size is read off its first input: a request with none is left to the core.
+  if (lane.max_batch_size > 0 && request.inputs.empty()) return false;
   size_t batched = lane.max_batch_size > 0 ? 1 : 0, placed = 0;
   int64_t batch = -1;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
@@ -64,15 +66,18 @@ inline bool Accepts(const LaneSpec& lane, size_t buffer_size, const native_wire:
       if (batch >= 0 && input.shape[0] != batch) return false;
       batch = input.shape[0];
     }
+    // The element count is checked before each product, so that it never wraps (a shape whose count passes
+    // 2^40 is left to the core, which refuses it in its own words).
+    constexpr uint64_t kMaxElements = uint64_t{1} << 40;
     uint64_t elements = 1;
     for (size_t d = 0; d < input.shape.size(); ++d) {
       int64_t dim = input.shape[d];
-      if (dim < 0 || dim > (int64_t{1} << 40)) return false;
+      if (dim < 0 || static_cast<uint64_t>(dim) > kMaxElements) return false;
       if (d >= batched && spec->dims[d - batched] != -1 && spec->dims[d - batched] != dim) return false;
+      if (dim != 0 && elements > kMaxElements / static_cast<uint64_t>(dim)) return false;
       elements *= static_cast<uint64_t>(dim);
-      if (elements > (uint64_t{1} << 40)) return false;
     }
-    if (elements * spec->element_size != raws[i].second) return false;
+    if (elements * spec->element_size != raws[i].second) return false;  // at most 2^40 elements of 8 bytes
     if (raws[i].second > kInlineMaxBytes) placed += (raws[i].second + kAlignment - 1) / kAlignment * kAlignment;
   }
   if (placed > buffer_size) return false;

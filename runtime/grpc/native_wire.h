@@ -149,6 +149,43 @@ struct PlainInferRequest {
   std::vector<std::string_view> outputs;
 };
 
+// Whether ``text`` is UTF-8 as protobuf checks a string field: no overlong forms, no surrogates, nothing past
+// U+10FFFF. The plain form holds only such strings; a message with any other is left to protobuf, which refuses it.
+inline bool IsUtf8(std::string_view text) {
+  size_t i = 0, n = text.size();
+  while (i < n) {
+    auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length;
+    unsigned char low = 0x80, high = 0xBF;  // the bounds of the second byte
+    if (byte >= 0xC2 && byte <= 0xDF) {
+      length = 2;
+    } else if (byte >= 0xE0 && byte <= 0xEF) {
+      length = 3;
+      if (byte == 0xE0) low = 0xA0;   // overlong
+      if (byte == 0xED) high = 0x9F;  // surrogates
+    } else if (byte >= 0xF0 && byte <= 0xF4) {
+      length = 4;
+      if (byte == 0xF0) low = 0x90;   // overlong
+      if (byte == 0xF4) high = 0x8F;  // past U+10FFFF
+    } else {
+      return false;
+    }
+    if (n - i < length) return false;
+    auto second = static_cast<unsigned char>(text[i + 1]);
+    if (second < low || second > high) return false;
+    for (size_t k = 2; k < length; ++k) {
+      auto next = static_cast<unsigned char>(text[i + k]);
+      if (next < 0x80 || next > 0xBF) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 // A length-delimited field's bytes at ``*pos`` (its key read), moving past them.
 inline bool ReadBytes(const char* data, size_t size, size_t* pos, std::string_view* out) {
   uint64_t length;
@@ -218,9 +255,8 @@ inline bool ParsePlainOutput(const std::string_view& message, std::string_view* 
   return true;
 }
 
-// ``message`` (a ModelInferRequest without its raw input contents) in its plain form; false where it has more
-// (parameters, typed contents, unknown fields) or cannot be read: protobuf then parses it and says what is wrong.
-inline bool ParsePlainInferRequest(const std::string_view& message, PlainInferRequest* out) {
+// ParsePlainInferRequest's reading of the fields, their strings as they are.
+inline bool ParsePlainFields(const std::string_view& message, PlainInferRequest* out) {
   size_t pos = 0;
   while (pos < message.size()) {
     uint64_t number;
@@ -247,6 +283,23 @@ inline bool ParsePlainInferRequest(const std::string_view& message, PlainInferRe
       default:  // request parameters, raw contents left in, unknown fields
         return false;
     }
+  }
+  return true;
+}
+
+// ``message`` (a ModelInferRequest without its raw input contents) in its plain form; false where it has more
+// (parameters, typed contents, unknown fields), a string that is not UTF-8, or cannot be read: protobuf then parses
+// it and says what is wrong.
+inline bool ParsePlainInferRequest(const std::string_view& message, PlainInferRequest* out) {
+  if (!ParsePlainFields(message, out) || !IsUtf8(out->model_name) || !IsUtf8(out->model_version) ||
+      !IsUtf8(out->id)) {
+    return false;
+  }
+  for (const auto& input : out->inputs) {
+    if (!IsUtf8(input.name) || !IsUtf8(input.datatype)) return false;
+  }
+  for (const auto& output : out->outputs) {
+    if (!IsUtf8(output)) return false;
   }
   return true;
 }
