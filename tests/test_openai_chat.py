@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.errors import InvalidArgument
 from runtime.models.config import parse_model_config
@@ -58,6 +60,37 @@ def test_stop_sequences_hold_back_only_what_may_begin_one():
     assert scan.flush() == ""
     free = StopScan([])
     assert free.feed("anything") == "anything" and free.flush() == ""
+
+
+class _NaiveStopScan:
+    """The reference: every prefix of every stop tried against the held text (quadratic, obviously right)."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops, self.held, self.stopped = stops, "", False
+
+    def feed(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        self.held += text
+        cuts = [self.held.find(stop) for stop in self.stops if stop in self.held]
+        if cuts:
+            self.stopped = True
+            sent, self.held = self.held[:min(cuts)], ""
+            return sent
+        keep = max((size for stop in self.stops for size in range(1, len(stop))
+                    if self.held.endswith(stop[:size])), default=0)
+        sent, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+        return sent
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text("ab", min_size=1, max_size=7), max_size=4),
+       st.lists(st.text("abc", max_size=9), max_size=12))
+def test_stop_sequences_are_found_as_a_scan_of_every_prefix_finds_them(stops, pieces):
+    scan, reference = StopScan(stops), _NaiveStopScan(stops)
+    for piece in pieces:
+        assert scan.feed(piece) == reference.feed(piece)
+        assert (scan.held, scan.stopped) == (reference.held, reference.stopped)
 
 
 def test_the_mapping_defaults_to_tensorrt_llms_names_and_follows_the_config(tmp_path):

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import uuid
 from typing import Any
 
 from runtime.errors import InvalidArgument
 
+logger = logging.getLogger(__name__)
 PYTHON_TAG = "<|python_tag|>"
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
@@ -48,6 +50,10 @@ def render_chat(template: str | None, model: str, messages: list[dict], tools: l
                                           bos_token=bos_token, eos_token=eos_token)
     except TemplateError as exc:
         raise InvalidArgument(f"the chat template of model '{model}' refused the messages: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a careless template's own error (a division by zero, a bad call)
+        logger.warning("the chat template of model '%s' failed: %s: %s", model, type(exc).__name__, exc)
+        raise InvalidArgument(f"the chat template of model '{model}' failed on the messages: "
+                              f"{type(exc).__name__}: {exc}") from None
 
 
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:

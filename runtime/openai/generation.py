@@ -69,13 +69,19 @@ def _whole(body: dict, key: str, low: int) -> int | None:
     return value
 
 
+MAX_STOPS = 4  # OpenAI's own bound
+MAX_STOP_CHARACTERS = 1024  # each; a stop sequence is a few tokens, and a long one only costs the server
+
+
 def _stops(body: dict) -> list[str]:
     value = body.get("stop")
     if value is None:
         return []
     stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
-        raise FieldError("stop", "'stop' must be a string or a list of at most 4 non-empty strings")
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOPS:
+        raise FieldError("stop", f"'stop' must be a string or a list of at most {MAX_STOPS} non-empty strings")
+    if any(len(stop) > MAX_STOP_CHARACTERS for stop in stops):
+        raise FieldError("stop", f"each 'stop' sequence may be at most {MAX_STOP_CHARACTERS} characters long")
     return stops
 
 
@@ -190,10 +196,16 @@ async def pieces(model: LlmModel, stream: AsyncIterator[StreamResponse]) -> Asyn
 
 
 class StopScan:
-    """Cuts the generated text at the first stop sequence, holding back only an end that may begin one."""
+    """Cuts the generated text at the first stop sequence, holding back only an end that may begin one.
+
+    Linear in the text, whatever the stop sequences: a piece is searched once (``str.find`` over what is held and
+    the piece), and for each sequence a Knuth-Morris-Pratt automaton says how long a beginning of it the text ends
+    with, advanced over at most the piece or the sequence's own length, never over every prefix."""
 
     def __init__(self, stops: list[str]) -> None:
         self.stops = stops
+        self._tables = [_prefix_table(stop) for stop in stops]
+        self._states = [0] * len(stops)  # for each sequence: how much of its beginning the text so far ends with
         self.held = ""
         self.stopped = False
 
@@ -201,20 +213,50 @@ class StopScan:
         """What of ``text`` may be sent now."""
         if self.stopped:
             return ""
-        self.held += text
-        cuts = [self.held.find(stop) for stop in self.stops if stop in self.held]
+        held = self.held + text
+        cuts = [at for stop in self.stops if (at := held.find(stop)) >= 0]
         if cuts:
             self.stopped = True
-            sent, self.held = self.held[:min(cuts)], ""
-            return sent
-        keep = max((size for stop in self.stops for size in range(1, len(stop))
-                    if self.held.endswith(stop[:size])), default=0)
-        sent, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+            self.held = ""
+            return held[:min(cuts)]
+        for index, stop in enumerate(self.stops):
+            if len(text) < len(stop):
+                self._states[index] = _advance(stop, self._tables[index], self._states[index], text)
+            else:  # only the last len(stop) - 1 characters can begin it
+                self._states[index] = _advance(stop, self._tables[index], 0, held[len(held) - len(stop) + 1:])
+        keep = max(self._states, default=0)
+        sent, self.held = held[:len(held) - keep], held[len(held) - keep:]
         return sent
 
     def flush(self) -> str:
         held, self.held = self.held, ""
         return "" if self.stopped else held
+
+
+def _prefix_table(pattern: str) -> list[int]:
+    """Knuth-Morris-Pratt's failure function: for each prefix, its longest proper border's length."""
+    table = [0] * len(pattern)
+    border = 0
+    for at in range(1, len(pattern)):
+        while border and pattern[at] != pattern[border]:
+            border = table[border - 1]
+        if pattern[at] == pattern[border]:
+            border += 1
+        table[at] = border
+    return table
+
+
+def _advance(pattern: str, table: list[int], state: int, text: str) -> int:
+    """The longest beginning of ``pattern``, shorter than it, that the text ends with once ``text`` follows a text
+    that ended with ``state`` characters of it."""
+    for character in text:
+        if state == len(pattern):
+            state = table[state - 1]
+        while state and pattern[state] != character:
+            state = table[state - 1]
+        if pattern[state] == character:
+            state += 1
+    return table[state - 1] if state == len(pattern) else state
 
 
 @dataclass

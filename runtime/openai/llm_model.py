@@ -51,7 +51,7 @@ class LlmModel:
     inputs: dict[str, Any]  # declared input name -> its TensorSpec
     fields: dict[str, str]  # OpenAI field -> the declared input it goes to
     outputs: frozenset[str]
-    batched: bool
+    max_batch_size: int  # 0: the model does not batch
     decoupled: bool
     chat_template: str | None = None
     bos_token: str = ""
@@ -60,6 +60,10 @@ class LlmModel:
     tokenizer_path: Path | None = None
     _tokenizer: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def batched(self) -> bool:
+        return self.max_batch_size > 0
 
     @property
     def counts_tokens(self) -> bool:
@@ -105,7 +109,7 @@ def read_llm_model(name: str, spec: Any, directory: str, decoupled: bool) -> Llm
             fields[openai_field] = target
     folder = Path(directory) if directory else None
     model = LlmModel(name, prompt, text if text in outputs else None, embedding if embedding in outputs else None,
-                     inputs, fields, outputs, spec.max_batch_size > 0, decoupled)
+                     inputs, fields, outputs, spec.max_batch_size, decoupled)
     _read_tokenizer_files(model, folder, parameters)
     max_tokens = parameters.get(PREFIX + "default_max_tokens", "")
     if max_tokens.isdigit():

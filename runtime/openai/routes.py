@@ -8,6 +8,7 @@ the core's stream, which cancels the request in the model.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -46,6 +47,8 @@ from runtime.openai.generation import (
 from runtime.openai.llm_model import LlmModel, read_llm_model
 
 logger = logging.getLogger(__name__)
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own bound on one request's inputs
+EMBEDDING_WINDOW_MIN = 4
 EVENT_STREAM = "text/event-stream; charset=utf-8"
 _ERROR_TYPES = {Status.NOT_FOUND: "invalid_request_error", Status.INVALID_ARG: "invalid_request_error",
                 Status.UNAUTHENTICATED: "authentication_error", Status.RESOURCE_EXHAUSTED: "invalid_request_error"}
@@ -161,8 +164,8 @@ class OpenAiRoutes:
             offered = [t for t in tools or [] if t["function"]["name"] == choice["function"]["name"]]
             if not offered:
                 raise FieldError("tool_choice", f"tool_choice names '{choice['function']['name']}', not in 'tools'")
-        prompt = render_chat(model.chat_template, model.name, [_plain(m) for m in messages], offered,
-                             model.bos_token, model.eos_token)
+        prompt = await asyncio.to_thread(render_chat, model.chat_template, model.name,  # as long as the body: off
+                                         [_plain(m) for m in messages], offered, model.bos_token, model.eos_token)
         sampling = read_sampling(body, model, ("max_completion_tokens", "max_tokens"))
         call = Generation(self.service, model, prompt, sampling, "chatcmpl")
         if sampling.stream:
@@ -189,6 +192,8 @@ class OpenAiRoutes:
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
             raise FieldError("input", "'input' must be a non-empty string or list of non-empty strings "
                                       "(token arrays are not served)")
+        if len(texts) > MAX_EMBEDDING_INPUTS:
+            raise FieldError("input", f"'input' may hold at most {MAX_EMBEDDING_INPUTS} strings, got {len(texts)}")
         encoding = body.get("encoding_format", "float")
         if encoding not in ("float", "base64"):
             raise FieldError("encoding_format", "'encoding_format' must be 'float' or 'base64'")
@@ -196,9 +201,7 @@ class OpenAiRoutes:
         if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
                                        or dimensions < 1):
             raise FieldError("dimensions", "'dimensions' must be a positive whole number")
-        import asyncio
-
-        vectors = await asyncio.gather(*(self._embed(model, text) for text in texts))
+        vectors = await self._embed_all(model, texts)
         data = []
         for index, vector in enumerate(vectors):
             if dimensions is not None:
@@ -208,10 +211,31 @@ class OpenAiRoutes:
             value: Any = (base64.b64encode(vector.astype("<f4").tobytes()).decode() if encoding == "base64"
                           else vector.astype(float).tolist())
             data.append({"object": "embedding", "index": index, "embedding": value})
-        counts = [model.count_tokens(text) for text in texts]
+        counts = await asyncio.to_thread(lambda: [model.count_tokens(text) for text in texts])  # off the loop
         tokens = sum(c for c in counts if c is not None)
         return JSONResponse({"object": "list", "data": data, "model": model.name,
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def _embed_all(self, model: LlmModel, texts: list[str]) -> list[np.ndarray]:
+        """Each text's vector, a window of requests in flight at a time (two of the model's batches, at least
+        four): a long list never becomes as many requests at once; the first failure ends the rest."""
+        window = min(len(texts), max(EMBEDDING_WINDOW_MIN, 2 * model.max_batch_size))
+        vectors: list[np.ndarray] = [np.empty(0, np.float32)] * len(texts)
+        pending = iter(range(len(texts)))
+
+        async def embed_next() -> None:
+            for index in pending:
+                vectors[index] = await self._embed(model, texts[index])
+
+        tasks = [asyncio.ensure_future(embed_next()) for _ in range(window)]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return vectors
 
     async def _embed(self, model: LlmModel, text: str) -> np.ndarray:
         response = await self.service.infer(inference_request(model, text, None))
@@ -252,7 +276,7 @@ class Generation:
         finally:
             await stream.aclose()  # a stop sequence seen: the rest is not wanted (the model is cancelled)
         text = "".join(parts) + scan.flush()
-        counted = usage.finish(self.model, self.prompt, text)
+        counted = await asyncio.to_thread(usage.finish, self.model, self.prompt, text)  # a tokenizer: off the loop
         return text, finish_reason(given, usage, self.sampling, scan.stopped), counted
 
     async def stream_response(self, chunk: Callable[[str], dict], obj: str, role: bool = False, tools: bool = False,
@@ -311,7 +335,7 @@ class Generation:
                 last["text"] = ""
             yield _sse(self.envelope(obj, [last | {"finish_reason": reason}], None))
             if self.sampling.include_usage:
-                counted = usage.finish(self.model, self.prompt, text)
+                counted = await asyncio.to_thread(usage.finish, self.model, self.prompt, text)
                 yield _sse(self.envelope(obj, [], counted or {"prompt_tokens": 0, "completion_tokens": 0,
                                                               "total_tokens": 0}))
             yield b"data: [DONE]\n\n"

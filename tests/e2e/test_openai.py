@@ -84,6 +84,14 @@ class TritonPythonModel:
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 '''
+# A careless chat template: it divides by zero (not a Jinja error) whatever the messages.
+CARELESS_LLM_CONFIG = """
+    backend: "python"
+    max_batch_size: 0
+    input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]
+    output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+    parameters { key: "openai.chat_template" value { string_value: "{{ messages | length / 0 }}" } }
+"""
 WEATHER = {"name": "get_weather", "description": "the weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
 TOOLS = [{"type": "function", "function": WEATHER}]
@@ -106,6 +114,8 @@ def server(tmp_path_factory):
         input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
         output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
     """, {"1/model.py": python_model_source("return [None for _ in requests]")})
+    write_model(repository, "careless_llm", CARELESS_LLM_CONFIG,
+                {"1/model.py": python_model_source("return [None for _ in requests]")})
     with ServerProcess(repository, "--auth-token", "secret-token", "--metrics-config",
                        "histogram_latencies=true") as process:
         process.marker = marker
@@ -191,6 +201,29 @@ def test_embeddings_as_floats_and_base64(server):
     np.testing.assert_allclose(decoded, vector[:8], rtol=1e-6)
 
 
+def test_a_long_list_of_inputs_is_embedded_in_order(server):
+    texts = [f"the model answers {'the server ' * (index % 5)}".strip() for index in range(300)]
+    result = _client(server).embeddings.create(model="tiny_embed", input=texts)
+    assert [item.index for item in result.data] == list(range(300))
+    for index in (0, 1, 2, 3, 4, 299):
+        alone = _client(server).embeddings.create(model="tiny_embed", input=texts[index])
+        np.testing.assert_allclose(result.data[index].embedding, alone.data[0].embedding, rtol=1e-6)
+
+
+def test_a_template_that_fails_answers_400_with_its_error_and_one_log_line(server):
+    before = server.log()
+    answer = httpx.post(f"http://{server.http_url}/v1/chat/completions",
+                        json={"model": "careless_llm", "messages": [{"role": "user", "content": "x"}]},
+                        headers={"Authorization": "Bearer secret-token"})
+    assert answer.status_code == 400, answer.text
+    assert "ZeroDivisionError" in answer.json()["error"]["message"]
+    time.sleep(0.2)
+    added = server.log()[len(before):]
+    assert "Traceback" not in added
+    assert [line for line in added.splitlines() if "careless_llm" in line and "template" in line] != []
+    assert len([line for line in added.splitlines() if "ZeroDivisionError" in line]) == 1, added
+
+
 def test_concurrent_streams_batch_underneath(server):
     async def main():
         client = _async_client(server)
@@ -255,6 +288,9 @@ def test_an_ensemble_answers_chat_and_completions(server):
     ("/completions", {"model": "tiny_llm", "prompt": "x", "temperature": 9}, 400, "temperature"),
     ("/completions", {"model": "tiny_llm", "prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
     ("/completions", {"model": "tiny_llm", "prompt": "x", "stop": [""]}, 400, "stop"),
+    ("/completions", {"model": "tiny_llm", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+    ("/completions", {"model": "tiny_llm", "prompt": "x", "stop": "ab" * 200_000}, 400, "stop"),
+    ("/embeddings", {"model": "tiny_embed", "input": ["x"] * 2049}, 400, "input"),
     ("/completions", {"model": "tiny_llm", "prompt": "x", "stream_options": {"include_usage": True}}, 400,
      "stream_options"),
     ("/completions", {"model": "tiny_llm", "prompt": "x", "logprobs": 2}, 400, "logprobs"),
