@@ -5,6 +5,7 @@ by grpcio (the server logs that it is). Everything else about the package is in 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -40,8 +41,8 @@ def extensions() -> list[Extension]:
         return []
     return [Extension(
         "runtime.grpc._native_edge", ["runtime/grpc/native_edge.cc"],
-        depends=["runtime/grpc/native_wire.h", "runtime/grpc/native_received.h",
-                 "runtime/grpc/native_infer_response.h"],
+        depends=sorted(str(header) for header in Path("runtime/grpc").glob("*.h")),
+        libraries=["z"],  # native_inflate.h
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
                             *[flag for flag in flags if flag.startswith(("-I", "-D"))]],

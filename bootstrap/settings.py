@@ -232,7 +232,8 @@ class FunctionSettings:
         meaning="gRPC ModelStreamInfer: bytes of one stream's requests not yet answered and answers not yet sent "
                 "before it stops being read")
     streams_max_bytes: int = setting(1 << 30, key="server.streams_max_bytes", check=positive_int,
-                                     meaning="the same, for every stream of a serving process together")
+                                     meaning="the same, for every stream of a serving process together; also the "
+                                             "bytes all gRPC calls of a process may be decompressing at once")
     grpc_native_edge: bool = setting(
         True, key="server.grpc_native_edge", check=boolean,
         meaning="serve gRPC on the native edge (grpc++'s callback server, its calls handed to the event loop in "

@@ -111,7 +111,7 @@ class ProtocolAdapters:
 
         settings = self.settings
         grpc_app = GrpcAsgiApp(create_servicer(self.service, settings.grpc_limits), settings.grpc_max_message_bytes,
-                               auth, settings.grpc_restrictions)
+                               auth, settings.grpc_restrictions, settings.grpc_limits.streams_max_bytes)
         assert settings.http_port is not None
         self.http = SinglePortServer(route_by_content_type(self._rest_app(auth), grpc_app), settings.host,
                                      settings.http_port, settings.http_limits, listening_fd=self._listening_fd())

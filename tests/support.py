@@ -355,3 +355,56 @@ class FaultyProxy:
     def stop(self) -> None:
         self._stopped = True
         self._server.close()
+
+
+def grpc_over_h2(url: str, method: str, body: bytes, headers: list[tuple[str, str]] = (),
+                 timeout: float = 60) -> tuple[dict[bytes, bytes], bytes]:
+    """One gRPC call sent frame by frame over a connection of its own (``body``: its length-prefixed messages, as
+    sent, compressed or not): the response's headers and trailers together, and its body."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    host, port = url.split(":")
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    connection.initiate_connection()
+    received: dict[bytes, bytes] = {}
+    answer = bytearray()
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(connection.data_to_send())
+        stream = connection.get_next_available_stream_id()
+        connection.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":authority", url),
+                                         (":path", f"/inference.GRPCInferenceService/{method}"),
+                                         ("content-type", "application/grpc"), ("te", "trailers"), *headers],
+                                end_stream=not body)
+        sent, ended = 0, False
+
+        def take(data: bytes) -> None:
+            nonlocal ended
+            for event in connection.receive_data(data):
+                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    received.update(event.headers)
+                elif isinstance(event, h2.events.DataReceived):
+                    answer.extend(event.data)
+                    connection.acknowledge_received_data(event.flow_controlled_length, stream)
+                elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset, h2.events.ConnectionTerminated)):
+                    ended = True
+
+        while not ended:
+            window = min(connection.local_flow_control_window(stream), connection.max_outbound_frame_size) \
+                if sent < len(body) else 0
+            if window > 0:
+                connection.send_data(stream, body[sent:sent + window], end_stream=sent + window >= len(body))
+                sent += window
+            else:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                take(data)
+            sock.sendall(connection.data_to_send())
+    return received, bytes(answer)
+
+
+def grpc_message(payload: bytes, compressed: bool = False) -> bytes:
+    """One length-prefixed gRPC message."""
+    return bytes([int(compressed)]) + len(payload).to_bytes(4, "big") + payload

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gzip
 import logging
 import struct
-import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
@@ -22,7 +20,9 @@ from urllib.parse import quote
 import grpc
 
 from runtime.auth import TokenAuth
+from runtime.grpc.byte_gate import DEFAULT_STREAMS_MAX_BYTES, ByteGate
 from runtime.grpc.call_context import CallEnded, ServicerCallContext
+from runtime.grpc.message_inflate import inflate
 from runtime.grpc.server import call_refusal
 from runtime.grpc.service import InferenceServicer, details, tolerant_deserializer
 from runtime.protocol import service_pb2
@@ -35,7 +35,6 @@ _PREFIX = struct.Struct(">BI")  # compressed flag, message length
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 # grpc-message is percent-encoded; spaces are too, since HTTP/2 stacks strip a header value's trailing ones
 _MESSAGE_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
-_DECOMPRESS: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.decompress, "deflate": zlib.decompress}
 
 
 def _metadata(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str | bytes]]:
@@ -57,19 +56,26 @@ def _metadata(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str | bytes
 
 
 def _timeout(text: str) -> float | None:
-    """``grpc-timeout`` (``<digits><unit>``) in seconds; None if absent or malformed."""
-    if len(text) < 2 or not text[:-1].isdigit() or text[-1] not in _TIMEOUT_UNITS:
+    """``grpc-timeout`` (``<at most 8 digits><unit>``, as gRPC's spec writes it) in seconds; None if absent;
+    INVALID_ARGUMENT if malformed (a value of thousands of digits is not a number to convert)."""
+    if not text:
         return None
-    return int(text[:-1]) * _TIMEOUT_UNITS[text[-1]]
+    digits = text[:-1]
+    if not 1 <= len(digits) <= 8 or not digits.isascii() or not digits.isdigit() or text[-1] not in _TIMEOUT_UNITS:
+        raise CallEnded(grpc.StatusCode.INVALID_ARGUMENT, f"invalid grpc-timeout {text[:32]!r}")
+    return int(digits) * _TIMEOUT_UNITS[text[-1]]
 
 
 class GrpcAsgiApp:
     """The servicer's methods, each an ASGI HTTP/2 request."""
 
     def __init__(self, servicer: InferenceServicer, max_message_bytes: int, auth: TokenAuth | None = None,
-                 restrictions: RestrictedApis | None = None) -> None:
+                 restrictions: RestrictedApis | None = None,
+                 inflating_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES) -> None:
+        """``inflating_max_bytes``: what every call together may be decompressing at once."""
         self.servicer = servicer
         self.max_message_bytes = max_message_bytes
+        self.inflating = ByteGate(inflating_max_bytes)
         self.auth = auth
         self.restrictions = restrictions
         descriptor = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -150,16 +156,7 @@ class GrpcAsgiApp:
             payload = bytes(buffer[_PREFIX.size:_PREFIX.size + length])
             del buffer[:_PREFIX.size + length]
             if compressed:
-                decompress = _DECOMPRESS.get(encoding)
-                if decompress is None:
-                    raise CallEnded(grpc.StatusCode.UNIMPLEMENTED, f"Compression algorithm '{encoding}' is not "
-                                                                   "supported")
-                try:
-                    payload = decompress(payload)
-                except (OSError, zlib.error, EOFError):
-                    raise CallEnded(grpc.StatusCode.INTERNAL, "a message could not be decompressed") from None
-                if len(payload) > self.max_message_bytes:
-                    raise CallEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, "Received message larger than max")
+                payload = await inflate(payload, encoding, self.max_message_bytes, self.inflating)
             yield payload
 
     async def _send_message(self, send: Callable, message: Any) -> None:

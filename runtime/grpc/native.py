@@ -62,6 +62,10 @@ class _Method:
         self.streaming = streaming
 
 
+# The edge's own option (not grpc's): bytes every call together may be inflating at once (native_inflate.h).
+INFLATING_MAX_BYTES = "serverless.inflating_max_bytes"
+
+
 class NativeGrpcServer:
     """The native edge serving ``servicer`` on the running loop: ``add_insecure_port``, ``start`` and
     ``stop(grace)`` as a grpc.aio server's."""

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "native_http_lane.h"
+#include "native_inflate.h"
 #include "native_lane.h"
 #include "native_wire.h"
 
@@ -71,6 +72,7 @@ class EdgeReactor : public grpc::ServerGenericBidiReactor {
   void OnDone() override;
 
  private:
+  void Refuse(const grpc::Status& status);
   Edge* edge_;
   std::shared_ptr<CallState> state_;
 };
@@ -99,9 +101,14 @@ class Edge {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterCallbackGenericService(&service_);
+    // Compressed messages come as they are, inflated by the edge within the receive limit (native_inflate.h).
+    builder.AddChannelArgument(GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, 0);
     for (const auto& [name, value] : arguments) {
       if (name == "grpc.max_receive_message_length") {
         builder.SetMaxReceiveMessageSize(value);
+        max_receive_ = value < 0 ? SIZE_MAX - 1 : static_cast<size_t>(value);
+      } else if (name == kInflatingMaxBytes) {
+        inflating_ = std::make_unique<native_inflate::Budget>(value);
       } else if (name == "grpc.max_send_message_length") {
         builder.SetMaxSendMessageSize(value);
       } else {
@@ -122,6 +129,8 @@ class Edge {
   void ReactorDone() { live_reactors_.fetch_sub(1); }
 
   int port() const { return port_; }
+  size_t max_receive() const { return max_receive_; }
+  native_inflate::Budget& inflating() { return *inflating_; }
   int split_field() const { return split_field_; }
   size_t split_min_bytes() const { return split_min_bytes_; }
   bool Splits(const std::string& method) const { return split_methods_.count(method) != 0; }
@@ -227,6 +236,10 @@ class Edge {
   std::unordered_map<std::string, std::shared_ptr<native_lane::Lane>> lanes_;
   std::atomic<bool> has_lanes_{false};
   static constexpr int64_t kQuietNs = 10'000'000;
+  // Python's argument for the bytes all calls may be inflating at once (not grpc's: the edge keeps it).
+  static constexpr const char* kInflatingMaxBytes = "serverless.inflating_max_bytes";
+  size_t max_receive_ = 4 << 20;  // grpc's own default
+  std::unique_ptr<native_inflate::Budget> inflating_ = std::make_unique<native_inflate::Budget>(int64_t{1} << 30);
   static int64_t NowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
@@ -320,6 +333,11 @@ inline EdgeReactor::EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* 
 }
 
 inline void EdgeReactor::OnReadDone(bool ok) {
+  if (ok) {
+    native_inflate::Inflated inflated =
+        native_inflate::Inflate(state_->read_buffer, edge_->max_receive(), edge_->inflating());
+    if (inflated.kind == native_inflate::Inflated::kRefused) return Refuse(inflated.status);
+  }
   if (ok && !state_->started && state_->decode && edge_->HasLanes() && edge_->InferCallAlone() &&
       ServedByLane(edge_, state_, state_->read_buffer)) {
     state_->started = true;
@@ -329,6 +347,18 @@ inline void EdgeReactor::OnReadDone(bool ok) {
   state_->started = true;
   if (ok) event.payload.Swap(&state_->read_buffer);
   edge_->Push(std::move(event));
+}
+
+// A message the edge will not take (native_inflate.h) ends its call here; Python, if it has seen the call, is told
+// it was cancelled.
+inline void EdgeReactor::Refuse(const grpc::Status& status) {
+  {
+    std::lock_guard<std::recursive_mutex> lock(state_->mu);
+    if (state_->reactor == nullptr || state_->finishing) return;
+    state_->finishing = true;
+    Finish(status);
+  }
+  if (state_->started) edge_->Push(Event{state_, kCancel, false, {}, nullptr});
 }
 
 inline void EdgeReactor::OnWriteDone(bool ok) { edge_->Push(Event{state_, kWriteDone, ok, {}, nullptr}); }

@@ -15,7 +15,7 @@ from runtime.direct_path import DirectLanes
 from runtime.errors import Unauthenticated
 from runtime.grpc.call_context import CallEnded
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
-from runtime.grpc.native import NATIVE_EDGE_BUILT, NativeGrpcServer
+from runtime.grpc.native import INFLATING_MAX_BYTES, NATIVE_EDGE_BUILT, NativeGrpcServer
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
 from runtime.grpc.threaded import ThreadedGrpcServer, serialize_response
 from runtime.protocol import service_pb2
@@ -140,8 +140,8 @@ def create_grpc_server(
     if limits.native_edge and NATIVE_EDGE_BUILT:
         lanes = limits.native_lanes and auth is None and (
             restrictions is None or restrictions.restriction(GROUP_BY_METHOD["ModelInfer"]) is None)
-        server = NativeGrpcServer(servicer, options, limits.max_streams, check_call, service.tensor_buffer,
-                                  service if lanes else None)
+        server = NativeGrpcServer(servicer, [*options, (INFLATING_MAX_BYTES, limits.streams_max_bytes)],
+                                  limits.max_streams, check_call, service.tensor_buffer, service if lanes else None)
     elif limits.infer_threads:
         server = ThreadedGrpcServer(servicer, options, limits.infer_threads, limits.max_streams, check_call)
     else:
