@@ -140,3 +140,29 @@ def test_gpu_memory_held_outside_the_models_is_refused_at_once_naming_the_budget
             assert _loaded(service) == {"m1"}  # not unloaded in vain: the context alone leaves 70 MiB
             assert asyncio.get_running_loop().time() - started < 5  # refused at once, not at the load deadline
     asyncio.run(main())
+
+
+def test_an_unknown_name_is_answered_from_the_index_read_again_at_most_once_a_second(repository):
+    """A miss never lists the repository itself: a folder added is found once the index is read again (in a
+    thread, at most once a second), and one removed is still known until then."""
+    from runtime.errors import NotFound
+
+    async def main():
+        async with core(repository, model_control="on_demand", on_demand=OnDemandSettings()) as service:
+            write_model(repository, "late", ONNX_ADD_SUB_CONFIG)
+            build_add_sub_onnx(repository / "late" / "1" / "model.onnx", datatype="INT32")
+            (repository / "m3").rename(repository.parent / "m3-gone")
+            for _ in range(200):  # misses within the second: the index answers, the folder is not read
+                with pytest.raises(NotFound):
+                    await service.infer(_request("late"))
+            assert service.on_demand.knows("m3")
+            await asyncio.sleep(1.1)
+            with pytest.raises(NotFound):
+                await service.infer(_request("late"))  # stale: this miss has the index read again
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if service.on_demand.knows("late"):
+                    break
+            assert (await service.infer(_request("late"))).outputs[0].data.tolist() == [[2] * 16]
+            assert not service.on_demand.knows("m3")
+    asyncio.run(main())
