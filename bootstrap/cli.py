@@ -26,6 +26,7 @@ from bootstrap.settings_meaning import (
     trace_settings,
 )
 from bootstrap.settings_schema import add_flags
+from runtime.extensions.log_settings import redact_secrets, storage_secrets
 
 if TYPE_CHECKING:
     from bootstrap.source import ObjectStoreSource
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         logger.error("invalid settings: %s", exc)
         return 2
+    redact_secrets([settings.auth_token or "", *storage_secrets()])  # no credential reaches the log, at any level
     if args.command == "sync":
         return _sync(settings, args.model)
     if not settings.remote and not settings.repository_path().is_dir():

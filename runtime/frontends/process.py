@@ -15,6 +15,7 @@ import socket
 import sys
 
 from runtime.adapters import ProtocolAdapters
+from runtime.extensions.log_settings import redact_secrets, storage_secrets
 from runtime.frontends.pool import HEARTBEAT_INTERVAL, FrontEndSettings
 from runtime.frontends.remote import RemoteService
 from runtime.frontends.wire import receive_blocking
@@ -34,6 +35,7 @@ def _end_with_parent() -> None:
 async def serve(link: socket.socket, control: socket.socket) -> int:
     settings: FrontEndSettings = receive_blocking(control)
     logging.getLogger().setLevel(settings.log_level)
+    redact_secrets([settings.adapters.auth_token or "", *storage_secrets()])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -73,3 +73,67 @@ def test_log_settings_take_effect_at_once(tmp_path):
         assert refused.status_code == 501 and "can not be updated" in refused.json()["error"]
         assert httpx.post(base, json={"log_warning": "no"}).status_code == 400
         assert httpx.get(base).json()["log_warning"] is True  # a refused request changes nothing
+
+
+TOKEN = "s3cr3t-t0ken-value"
+
+
+def _chatter_with_the_token(process: ServerProcess) -> None:
+    """Calls that carry the token in every way a client sends it: gRPC on the one port (hpack decodes its
+    headers), REST over HTTP/1.1 and HTTP/2, and a wrong token (also a credential, someone's)."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    grpc = grpcclient.InferenceServerClient(process.http_url)
+    for _ in range(20):
+        assert grpc.is_server_ready(headers={"authorization": f"Bearer {TOKEN}"})
+    with httpx.Client(http1=False, http2=True, base_url=f"http://{process.http_url}") as client:
+        for _ in range(10):
+            client.get("/v2", headers=headers)
+    for _ in range(10):
+        httpx.get(f"http://{process.http_url}/v2", headers=headers)
+        httpx.get(f"http://{process.http_url}/v2", headers={"Authorization": "Bearer someone-elses-token"})
+
+
+def test_no_credential_reaches_the_log_at_any_level(tmp_path):
+    """Verbose logging (over the API, or --log-level DEBUG at start) never writes a token or an Authorization
+    header, whoever logs it: the server's own loggers and third-party ones (hpack, on the one port)."""
+    write_model(tmp_path / "models", "chatty", IDENTITY_PYTHON_CONFIG, {"1/model.py": CHATTY})
+    environment = {"AWS_SECRET_ACCESS_KEY": "aws-secret-key-value"}
+    with ServerProcess(tmp_path / "models", "--single-port", "true", "--auth-token", TOKEN,
+                       env=environment) as process:
+        settings = httpx.post(f"http://{process.http_url}/v2/logging", json={"log_verbose_level": 1},
+                              headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        assert settings["log_verbose_level"] == 1
+        _chatter_with_the_token(process)
+        time.sleep(0.3)
+        log = process.log()
+    assert TOKEN not in log and "someone-elses-token" not in log
+    with ServerProcess(tmp_path / "models", "--single-port", "true", "--auth-token", TOKEN, "--log-level", "DEBUG",
+                       env=environment, log=tmp_path / "debug.log") as process:
+        _chatter_with_the_token(process)
+        tensor = httpclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([5], np.float32))
+        httpclient.InferenceServerClient(process.http_url).infer("chatty", [tensor],
+                                                                 headers={"Authorization": f"Bearer {TOKEN}"})
+        _wait_for(process, "verbose-5")  # debug records are written
+        log = process.log()
+    assert TOKEN not in log and "someone-elses-token" not in log and "aws-secret-key-value" not in log
+
+
+def test_a_credential_in_any_record_is_redacted():
+    import logging
+
+    from runtime.extensions.log_settings import SecretRedaction
+
+    redaction = SecretRedaction(["my-storage-secret"])
+    record = logging.LogRecord("hpack.hpack", logging.DEBUG, __file__, 1, "Decoded %s, consumed %d bytes",
+                               ((b"authorization", b"Bearer abc.DEF-123"), 7), None)
+    assert redaction.filter(record)
+    assert record.getMessage() == "Decoded (b'authorization', b'Bearer [redacted]'), consumed 7 bytes"
+    try:
+        raise ValueError("the key my-storage-secret was refused; Authorization: Basic dXNlcjpwYXNz")
+    except ValueError:
+        import sys
+
+        failed = logging.LogRecord("boto", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    redaction.filter(failed)
+    assert "my-storage-secret" not in failed.exc_text and "dXNlcjpwYXNz" not in failed.exc_text
