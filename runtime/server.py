@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.adapters import AdapterSettings, ProtocolAdapters
+from runtime.allocator import keep_giving_back_free_memory
 from runtime.core import InferenceService
 from runtime.devices import gpu_count
 from runtime.extensions.response_cache import ResponseCache
@@ -139,7 +140,8 @@ class Server:
         # Models load while the listeners start: a Python model's worker starts on another core meanwhile, and
         # nothing is served before the listeners are up anyway.
         batching = batch_threads() if options.batch_scheduled_threads else None  # before any worker starts
-        background = [asyncio.create_task(self._initial_load(stop, listening, after_load))]
+        background = [asyncio.create_task(self._initial_load(stop, listening, after_load)),
+                      asyncio.create_task(keep_giving_back_free_memory())]  # a burst's memory goes back
         if batching is not None:
             background.append(batching)
         try:

@@ -32,15 +32,19 @@ def _too_large(limit: int) -> ResourceExhausted:
 
 async def receive_asgi_body(
     receive: Receive, content_length: str | None, limit: int = DEFAULT_MAX_BODY_BYTES,
-    timeout: float | None = DEFAULT_BODY_TIMEOUT,
-) -> list[bytes]:
+    timeout: float | None = DEFAULT_BODY_TIMEOUT, gather: Callable[[int], Any] | None = None,
+) -> list[bytes] | list[memoryview]:
     """The request body's chunks as received from ``receive``, refused before buffering when its Content-Length
     (or what arrives) exceeds ``limit`` bytes, refused (BodyTimeout) when it has not fully arrived within
     ``timeout`` seconds (None: the caller bounds the wait, as the infer route's request watch does), and
     Cancelled if the client disconnects first.
 
     A body of a declared length is complete once that many bytes have come: the listener's closing message
-    (granian sends an empty one after the data) is not waited for, which saves a hand-off per request."""
+    (granian sends an empty one after the data) is not waited for, which saves a hand-off per request.
+
+    ``gather(size)``: for a body of a declared length, a writable buffer of ``size`` bytes to copy each chunk
+    into as it comes (None: none now); the body is then one chunk, a view of that buffer, and no chunk outlives
+    its copy (a large body was held twice: its chunks, then their join)."""
     expected = -1
     if content_length is not None:
         if not content_length.isdigit():
@@ -48,6 +52,9 @@ async def receive_asgi_body(
         expected = int(content_length)
         if expected > limit:
             raise _too_large(limit)
+    target = gather(expected) if gather is not None and expected > 0 else None
+    if target is not None:
+        return await _receive_into(receive, memoryview(target).cast("B")[:expected], timeout)
     chunks: list[bytes] = []
     total = 0
     try:
@@ -69,6 +76,27 @@ async def receive_asgi_body(
         raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
 
 
+async def _receive_into(receive: Receive, target: memoryview, timeout: float | None) -> list[memoryview]:
+    """receive_asgi_body's body of a declared length, each chunk copied into ``target`` as it comes."""
+    filled = 0
+    try:
+        with deadline_wheel().timeout(timeout) if timeout is not None else _UNBOUNDED:
+            while filled != len(target):
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise Cancelled("the client disconnected before sending its whole request")
+                chunk = message.get("body", b"")
+                if len(chunk) > len(target) - filled:
+                    raise InvalidArgument("the request body is longer than its Content-Length")
+                target[filled : filled + len(chunk)] = chunk
+                filled += len(chunk)
+                if not message.get("more_body", False):
+                    break
+    except TimeoutError:
+        raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from None
+    return [target[:filled]]
+
+
 async def receive_body(
     request: Request, limit: int = DEFAULT_MAX_BODY_BYTES, timeout: float = DEFAULT_BODY_TIMEOUT
 ) -> list[bytes]:
@@ -80,21 +108,21 @@ def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAU
                   into: Callable[[int], Any] | None = None) -> bytes | memoryview:
     """Join received chunks and inflate gzip/deflate, never past ``limit`` bytes (blocking for large bodies).
     ``into(size)``: a writable buffer to join an uncompressed body into (the core's shared tensor pool, where a
-    Python worker reads the tensors in place), or None to join it into bytes."""
+    Python worker reads the tensors in place), or None to join it into a buffer of its own.  ``chunks`` is emptied
+    as it is joined, each chunk let go once copied, so that a large body is never held twice."""
     encoding = content_encoding.strip().lower()
     identity = encoding in ("", "identity")
     if len(chunks) == 1:
         body: bytes | memoryview = chunks[0]
     else:
-        target = into(sum(len(chunk) for chunk in chunks)) if into is not None and identity else None
-        if target is None:
-            body = b"".join(chunks)
-        else:
-            body = memoryview(target).cast("B")
-            position = 0
-            for chunk in chunks:
-                body[position : position + len(chunk)] = chunk
-                position += len(chunk)
+        total = sum(len(chunk) for chunk in chunks)
+        target = into(total) if into is not None and identity else None
+        body = memoryview(target if target is not None else bytearray(total)).cast("B")
+        position = 0
+        for index, chunk in enumerate(chunks):
+            body[position : position + len(chunk)] = chunk
+            position += len(chunk)
+            chunks[index] = b""
     if identity:
         return body
     wbits = _WBITS_BY_ENCODING.get(encoding)
@@ -115,7 +143,8 @@ async def read_body(
 ) -> bytes:
     """A (small) request body, whole and inflated."""
     chunks = await receive_body(request, limit, timeout)
-    return assemble_body(chunks or [b""], request.headers.get("content-encoding", "identity"), limit)
+    body = assemble_body(chunks or [b""], request.headers.get("content-encoding", "identity"), limit)
+    return body if isinstance(body, bytes) else bytes(body)
 
 
 def compress(body: bytes, accept_encoding: str) -> tuple[bytes, str | None]:

@@ -90,9 +90,12 @@ class InferRoute:
         content_length, encoding, accept_encoding, header_length, traceparent = _read_headers(scope)
         declared = _declared_json_bytes(content_length, header_length) if _may_exceed(content_length) else 0
         budgeted = self.json_budget.take(declared) if declared > _OFFLOAD_BYTES else 0
+        gather = None
+        if content_length is not None and len(content_length) > _SHORT_LENGTH:  # a large body: received in place
+            gather = partial(self._large_body_buffer, header_length, encoding)
         with watch_request(receive, self.body_timeout) as watched:  # the body's deadline, then the client leaving
             try:
-                chunks = await receive_asgi_body(receive, content_length, self.max_body_bytes, None)
+                chunks = await receive_asgi_body(receive, content_length, self.max_body_bytes, None, gather)
                 watched.body_read()
                 size = len(chunks[0]) if len(chunks) == 1 else sum(len(chunk) for chunk in chunks)
                 if not declared and header_length is None and size > _OFFLOAD_BYTES:  # a chunked upload
@@ -111,6 +114,8 @@ class InferRoute:
                     request, binary_default = await _off_loop(_decode, *work)
                 else:
                     request, binary_default = _decode(*work)
+                chunks = work = None  # decoded: the received pieces go now, not when the request ends (a queued
+                # request held its body twice)
             finally:
                 if budgeted:
                     self.json_budget.give_back(budgeted)
@@ -119,6 +124,16 @@ class InferRoute:
         if _output_bytes(response) > _OFFLOAD_BYTES:
             return await _off_loop(_encode, response, binary_default, accept_encoding or "")
         return _encode(response, binary_default, accept_encoding or "")
+
+
+    def _large_body_buffer(self, header_length: str | None, encoding: str | None, size: int) -> Any:
+        """Where a large body is received as it comes: a binary body's in the core's tensor pool (its tensors
+        aligned, read in place by a Python worker) where there is room, else a buffer of its own."""
+        if header_length is not None and encoding in (None, "", "identity"):
+            pooled = self.service.tensor_buffer(size, aligned_at=_number(header_length))
+            if pooled is not None:
+                return pooled
+        return bytearray(size)
 
 
 def _read_headers(scope: Scope) -> list[str | None]:
