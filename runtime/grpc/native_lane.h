@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -181,6 +182,9 @@ class Lane {
     std::vector<std::pair<size_t, size_t>> placed;
     int64_t batch_id = static_cast<int64_t>(++batch_id_);
     std::string framed = BatchMessage(spec_, batch_id, request, pieces, raws, buffer_, &placed);
+    for (const auto& [offset, size] : placed) {
+      if (offset != kNotPlaced) written_.store(std::max(written_.load(), offset + size));
+    }
     bool gone;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -262,8 +266,16 @@ class Lane {
       if (ready < 0 && errno == EINTR) continue;
       if (watch[1].revents) return End("lost");  // Shutdown: a call still under way is given back
       if (ready == 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!pending_ || Since(sent_, std::chrono::steady_clock::now()) < spec_.timeout_s * 1e9) continue;
+        bool waiting;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          waiting = pending_ != nullptr;
+          if (waiting && Since(sent_, std::chrono::steady_clock::now()) < spec_.timeout_s * 1e9) continue;
+        }
+        if (!waiting) {
+          GiveBackIdleBuffer();
+          continue;
+        }
       }
       if (ready == 0) return End("timeout");  // a call sent and unanswered past the model's execute timeout
       char header[4];
@@ -278,6 +290,25 @@ class Lane {
       if (!Answered(frame)) GiveBack("answer", std::move(frame));
       frame = std::string();
     }
+  }
+
+  // The buffer's pages written by large inputs go back to the system once the lane has been idle a while: they
+  // are shared memory outside the tensor pool's bound (six 48 MB calls kept 275 MB), and the worker maps them too.
+  // The lane holds itself busy meanwhile (a call arriving then is left to the core).
+  void GiveBackIdleBuffer() {
+    size_t written = written_.load();
+    if (written < kKeptBufferBytes) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Since(ended_, std::chrono::steady_clock::now()) < kIdleBeforeGivingBackNs) return;
+    }
+    bool expected = false;
+    if (!busy_.compare_exchange_strong(expected, true)) return;
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t length = written >= buffer_size_ ? buffer_size_ : (written + page - 1) / page * page;
+    madvise(buffer_, length, MADV_REMOVE);
+    written_.store(0);
+    Free();
   }
 
   // The reader ends: no call is taken from now on, and one under way goes back to Python.
@@ -327,6 +358,7 @@ class Lane {
 
   // The lane is free again (mu_ held); whether Python asked to be told.
   bool ReleaseLocked() {
+    ended_ = std::chrono::steady_clock::now();
     busy_.store(false);
     bool tell = tell_free_ && freed_;
     tell_free_ = false;
@@ -360,6 +392,12 @@ class Lane {
   size_t buffer_size_;
   std::atomic<bool> open_{true}, idle_{false}, busy_{false};
   std::atomic<uint64_t> taken_{0};
+  // the buffer's bytes written since its pages were last given back (at first: all, as far as this lane knows,
+  // since a lane it replaced on the same worker may have written them)
+  std::atomic<size_t> written_{SIZE_MAX};
+  static constexpr size_t kKeptBufferBytes = 4 << 20;  // less than this stays mapped and written
+  static constexpr uint64_t kIdleBeforeGivingBackNs = 1'000'000'000;
+  std::chrono::steady_clock::time_point ended_ = std::chrono::steady_clock::now();  // the last call's end (mu_)
   uint64_t batch_id_ = 0;  // grpc's threads, one call at a time (busy_)
   std::mutex mu_;          // the call under way and the counts
   std::mutex write_mu_;    // the socket's writing end

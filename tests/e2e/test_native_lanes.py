@@ -312,3 +312,28 @@ def test_sigterm_past_the_drain_counts_a_lanes_call_as_cut_off(tmp_path):
         call.join(10)
     finally:
         server.stop()
+
+
+def _shared_resident(pid: int) -> int:
+    """The machine's shared memory in use (the lanes' buffers among it: memfds the server and its workers map),
+    in bytes."""
+    with open("/proc/meminfo") as meminfo:
+        line = next(line for line in meminfo if line.startswith("Shmem:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_lanes_buffer_written_by_a_large_call_goes_back_once_idle(server):
+    """The pages a large input wrote into the lane's buffer (shared memory outside the tensor pool's bound) are
+    given back after a second without calls, and the lane serves on."""
+    large = np.ones((1, 6 << 20), np.float32)  # 24 MiB
+    served_on_lane(server, lambda: _grpc(server, SMALL))  # the lane is open
+    time.sleep(1.5)  # and has given back what it held
+    before = _shared_resident(server.process.pid)
+    answer = served_on_lane(server, lambda: _grpc(server, large, ["NEG"]))
+    assert answer["outputs"][0][3][0][:2] == [-1.0, -1.0]
+    assert _shared_resident(server.process.pid) - before > 20 << 20  # written
+    deadline = time.monotonic() + 5
+    while _shared_resident(server.process.pid) - before > 4 << 20:
+        assert time.monotonic() < deadline, "the lane's buffer was never given back"
+        time.sleep(0.1)
+    served_on_lane(server, lambda: _grpc(server, LARGE))  # written again, served on the lane as before
