@@ -4,6 +4,7 @@ by grpcio (the server logs that it is). Everything else about the package is in 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -34,19 +35,28 @@ class OptionalBuildExt(build_ext):
             print(f"warning: the native gRPC edge was not built ({error}); gRPC will be served by grpcio")
 
 
+def sanitizer_flags() -> list[str]:
+    """``NATIVE_EDGE_SANITIZE=1``: the edge built with AddressSanitizer and UndefinedBehaviorSanitizer, for the
+    native suites (scripts/native_sanitized.sh runs them so, with libasan preloaded into Python)."""
+    if os.environ.get("NATIVE_EDGE_SANITIZE") != "1":
+        return []
+    return ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"]
+
+
 def extensions() -> list[Extension]:
     flags = grpcpp_flags()
     if flags is None:
         print("warning: libgrpc++ not found (pkg-config grpc++): the native gRPC edge is not built")
         return []
+    sanitize = sanitizer_flags()
     return [Extension(
         "runtime.grpc._native_edge", ["runtime/grpc/native_edge.cc"],
         depends=sorted(str(header) for header in Path("runtime/grpc").glob("*.h")),
         libraries=["z"],  # native_inflate.h
         language="c++",
-        extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden",
+        extra_compile_args=["-std=c++17", "-O1" if sanitize else "-O2", "-fvisibility=hidden", *sanitize,
                             *[flag for flag in flags if flag.startswith(("-I", "-D"))]],
-        extra_link_args=[flag for flag in flags if not flag.startswith(("-I", "-D"))],
+        extra_link_args=[*sanitize, *[flag for flag in flags if not flag.startswith(("-I", "-D"))]],
     )]
 
 

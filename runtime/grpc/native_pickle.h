@@ -4,11 +4,13 @@
 #ifndef RUNTIME_GRPC_NATIVE_PICKLE_H_
 #define RUNTIME_GRPC_NATIVE_PICKLE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace native_pickle {
@@ -85,8 +87,41 @@ struct Value {
 };
 using ValuePtr = std::shared_ptr<Value>;
 
-// The message's value; null for anything outside the format above (the caller then cannot read it).
+constexpr int kMaxDepth = 32;  // the worker's messages nest 6 deep; a deeper one (or a cycle) is not read
+
+// The deepest nesting under ``value``, or more than kMaxDepth for a deeper one or a cycle (``known``: what was
+// found so far, a value in progress counting as too deep; a shared value is walked once).
+inline int Depth(const Value* value, std::unordered_map<const Value*, int>& known, int level) {
+  if (level > kMaxDepth) return kMaxDepth + 1;
+  auto found = known.find(value);
+  if (found != known.end()) return found->second;
+  known[value] = kMaxDepth + 1;
+  int deepest = 0;
+  for (const auto& item : value->items) {
+    int depth = Depth(item.get(), known, level + 1);
+    deepest = std::max(deepest, depth + 1);
+    if (deepest > kMaxDepth) break;
+  }
+  known[value] = deepest;
+  return deepest;
+}
+
+// Read's reading; every container it makes goes in ``made`` (so that a message refused halfway, which may hold a
+// cycle, is taken apart).
+inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made);
+
+// The message's value; null for anything outside the format above (the caller then cannot read it), nested more
+// than kMaxDepth deep, or holding a cycle.
 inline ValuePtr Read(std::string_view data) {
+  std::vector<ValuePtr> made;
+  ValuePtr value = ReadValues(data, &made);
+  std::unordered_map<const Value*, int> known;
+  if (value != nullptr && Depth(value.get(), known, 0) <= kMaxDepth) return value;
+  for (const auto& container : made) container->items.clear();  // no cycle outlives the message
+  return nullptr;
+}
+
+inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made) {
   std::vector<ValuePtr> stack;
   std::vector<ValuePtr> memo;
   size_t pos = 0;
@@ -97,9 +132,10 @@ inline ValuePtr Read(std::string_view data) {
     pos += n;
     return value;
   };
-  auto make = [](Value::Kind kind) {
+  auto make = [made](Value::Kind kind) {
     auto value = std::make_shared<Value>();
     value->kind = kind;
+    if (kind == Value::kTuple || kind == Value::kList || kind == Value::kDict) made->push_back(value);
     return value;
   };
   auto text = [&](Value::Kind kind, size_t size) -> ValuePtr {
@@ -258,6 +294,7 @@ inline ValuePtr Read(std::string_view data) {
       default:
         return nullptr;
     }
+    if (pushed == nullptr) return nullptr;  // a string or bytes longer than what is left
     stack.push_back(std::move(pushed));
   }
   return nullptr;
