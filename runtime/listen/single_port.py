@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import sys
 from collections.abc import Callable
 
 from runtime.http.server import HttpLimits, check_bindable
@@ -68,6 +69,11 @@ class SinglePortServer:
         self.config.keep_alive_timeout = limits.header_timeout
         self.config.read_timeout = limits.header_timeout
         self.config.h2_max_concurrent_streams = limits.max_concurrent_streams
+        # hypercorn closes a connection after 1,000 requests; gRPC clients keep one connection for everything, and
+        # over HTTP/2 the close raced the frames already on their way, so h2 answered them with GOAWAY
+        # PROTOCOL_ERROR and every call in flight on it failed (1 call in 60 at c=32). No per-connection limit, as
+        # Triton (grpc) and the two-port mode have none.
+        self.config.keep_alive_max_requests = sys.maxsize
         self.config.backlog = limits.backlog
         self.config.include_server_header = False
         self.config.accesslog = None

@@ -125,6 +125,33 @@ def test_every_client_on_one_port_at_once(server):
         grpcclient.InferenceServerClient(url).get_model_metadata("nonexistent", headers=dict(AUTH))
 
 
+def test_thousands_of_grpc_calls_at_c32_on_one_connection_all_succeed(server):
+    """One tritonclient (one HTTP/2 connection) with 32 calls in flight, well past the 1,000 requests after which
+    hypercorn used to close a connection: the close raced the frames in flight and h2 answered them with GOAWAY
+    PROTOCOL_ERROR, failing every call then open (reliability checklist 42)."""
+    client = grpcclient.InferenceServerClient(server.http_url)
+    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for index, tensor in enumerate(inputs):
+        tensor.set_data_from_numpy(np.full((1, 16), index + 1, dtype=np.int32))
+    outcomes: queue.SimpleQueue = queue.SimpleQueue()
+    in_flight = threading.Semaphore(32)
+
+    def done(result, error) -> None:
+        outcomes.put(error if error is not None else bool((result.as_numpy("OUTPUT0") == 3).all()))
+        in_flight.release()
+
+    calls = 2500
+    try:
+        for _ in range(calls):
+            assert in_flight.acquire(timeout=30)
+            client.async_infer("simple", inputs, callback=done, headers=dict(AUTH))
+        answers = [outcomes.get(timeout=30) for _ in range(calls)]
+    finally:
+        client.close()
+    failed = [answer for answer in answers if answer is not True]
+    assert failed == [], f"{len(failed)} of {calls} failed: {failed[:3]}"
+
+
 def test_the_token_guards_both_protocols(server):
     with pytest.raises(InferenceServerException, match="UNAUTHENTICATED"):
         grpcclient.InferenceServerClient(server.http_url).is_server_ready()
