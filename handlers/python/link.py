@@ -139,7 +139,7 @@ class WorkerLink:
         return f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
 
     def finalize(self, timeout: float) -> bool:
-        self._close_direct(wait=True)
+        self.close_direct(wait=True)
         try:
             self.send(("finalize",))
             self._finalized.result(timeout)
@@ -149,7 +149,7 @@ class WorkerLink:
 
     def kill(self) -> None:
         """Kill the process (if alive) and release its pipe and memory; safe to call more than once."""
-        self._close_direct()
+        self.close_direct()
         with self._exit_lock:
             if self.process.exitcode is None:
                 self.process.kill()
@@ -205,7 +205,7 @@ class WorkerLink:
                                          lambda timed_out: failure(self, timed_out))
             return self._direct
 
-    def _close_direct(self, wait: bool = False) -> None:
+    def close_direct(self, wait: bool = False) -> None:
         """Close the side door: before the worker stops (``wait``: for a batch under way there), or after it went
         away."""
         direct = self._direct
@@ -375,7 +375,7 @@ class WorkerLink:
             self._finalized.set_result(None)
 
     def _lost(self, why: str) -> None:
-        self._close_direct()
+        self.close_direct()
         with self._lock:
             self.gone = why
             pending, self._batches = self._batches, {}

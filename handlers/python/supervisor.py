@@ -104,6 +104,9 @@ class WorkerSupervisor:
         try:
             if self._worker is None or self.closing.is_set():
                 return False
+            # A call a front end sent past the core (a lane) holds no lock here: the side door closes first,
+            # after that call, so that the worker is never replaced under it (its client got the kill's error)
+            self._worker.close_direct(wait=True)
             self.lose(why)
             return True
         finally:
