@@ -108,21 +108,24 @@ def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAU
                   into: Callable[[int], Any] | None = None) -> bytes | memoryview:
     """Join received chunks and inflate gzip/deflate, never past ``limit`` bytes (blocking for large bodies).
     ``into(size)``: a writable buffer to join an uncompressed body into (the core's shared tensor pool, where a
-    Python worker reads the tensors in place), or None to join it into a buffer of its own.  ``chunks`` is emptied
-    as it is joined, each chunk let go once copied, so that a large body is never held twice."""
+    Python worker reads the tensors in place), or None to join it into bytes.  Joined into ``into``, ``chunks`` is
+    emptied as it goes, each chunk let go once copied.  (A large body of a declared length never comes here in
+    chunks: receive_asgi_body's ``gather`` receives it in place.)"""
     encoding = content_encoding.strip().lower()
     identity = encoding in ("", "identity")
     if len(chunks) == 1:
         body: bytes | memoryview = chunks[0]
     else:
-        total = sum(len(chunk) for chunk in chunks)
-        target = into(total) if into is not None and identity else None
-        body = memoryview(target if target is not None else bytearray(total)).cast("B")
-        position = 0
-        for index, chunk in enumerate(chunks):
-            body[position : position + len(chunk)] = chunk
-            position += len(chunk)
-            chunks[index] = b""
+        target = into(sum(len(chunk) for chunk in chunks)) if into is not None and identity else None
+        if target is None:
+            body = b"".join(chunks)
+        else:
+            body = memoryview(target).cast("B")
+            position = 0
+            for index, chunk in enumerate(chunks):
+                body[position : position + len(chunk)] = chunk
+                position += len(chunk)
+                chunks[index] = b""
     if identity:
         return body
     wbits = _WBITS_BY_ENCODING.get(encoding)
@@ -143,8 +146,7 @@ async def read_body(
 ) -> bytes:
     """A (small) request body, whole and inflated."""
     chunks = await receive_body(request, limit, timeout)
-    body = assemble_body(chunks or [b""], request.headers.get("content-encoding", "identity"), limit)
-    return body if isinstance(body, bytes) else bytes(body)
+    return assemble_body(chunks or [b""], request.headers.get("content-encoding", "identity"), limit)
 
 
 def compress(body: bytes, accept_encoding: str) -> tuple[bytes, str | None]:

@@ -125,7 +125,6 @@ class InferRoute:
             return await _off_loop(_encode, response, binary_default, accept_encoding or "")
         return _encode(response, binary_default, accept_encoding or "")
 
-
     def _large_body_buffer(self, header_length: str | None, encoding: str | None, size: int) -> Any:
         """Where a large body is received as it comes: a binary body's in the core's tensor pool (its tensors
         aligned, read in place by a Python worker) where there is room, else a buffer of its own."""
