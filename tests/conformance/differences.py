@@ -1,10 +1,14 @@
-"""Every case where this server deliberately answers differently from Triton, and why.
+"""Every case where this server deliberately answers differently from Triton, why, and what we answer instead.
 
 The README's table "Where we differ from Triton, and why" is this table (a test keeps them the same).
-A case listed here must really differ (a test checks that too): when we come to agree, it leaves the list.
+A case listed here must really differ (a test checks that too): when we come to agree, it leaves the list. And it
+must give our documented answer, status and words (``our_answer_problem``): a listed case that regressed to some
+other error would still differ from Triton.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 TRITON_500 = ("Triton answers 500 (INTERNAL) to a request body it cannot read as a request; it is the client's "
               "error, so we answer 400 (INVALID_ARG), with our parser's words")
@@ -45,8 +49,9 @@ DIFFERENCES: dict[str, str] = {
     "http-index-not-ready": "same as http-index",
     "grpc-index": "same as http-index",
     "explicit-index-after-loads": "same as http-index",
-    "explicit-index-after-unload": "same as http-index",
-    "explicit-grpc-index": "same as http-index",
+    "explicit-index-after-unload": ("same as http-index; and a model just unloaded: Triton may list it UNLOADING "
+                                    "for a while, ours is UNAVAILABLE ('unloaded') once the unload has answered"),
+    "explicit-grpc-index": "same as explicit-index-after-unload",
     "explicit-load-unknown-model": TRITON_500_LOAD,
     "explicit-grpc-load-unknown-model": TRITON_500_LOAD,
     "explicit-load-config-does-not-parse": TRITON_500_LOAD,
@@ -84,6 +89,125 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
     "input order": ("Triton checks a request's inputs in its hash map's order; we check them in reverse request "
                     "order, which is that order for the few inputs a request has"),
 }
+
+
+# Our answer to each listed error case: (HTTP status or gRPC code, the error's exact words).
+ERROR_ANSWERS: dict[str, tuple[int | str, str]] = {
+    "http-metadata-path-traversal": (404, "Not Found"),
+    "http-index-bad-json":
+        (400, "failed to parse the request JSON buffer: Expecting property name enclosed in double quotes: line 1 "
+              "column 2 (char 1)"),
+    "http-infer-json-nested-data": (400, "input 'INPUT0': tensor of shape [2] needs 2 elements, got 4"),
+    "http-infer-malformed-json":
+        (400, "failed to parse the request JSON buffer: JSON is malformed: object keys must be strings (byte 1)"),
+    "http-infer-json-array-body": (400, "failed to parse the request JSON buffer: the request must be a JSON object"),
+    "http-infer-inputs-not-a-list": (400, "Unable to parse 'inputs': attempt to access JSON non-array as array"),
+    "http-infer-datatype-not-a-string": (400, "input 'INPUT0': 'datatype' must be a string"),
+    "http-infer-too-few-elements": (400, "input 'INPUT0': tensor of shape [4] needs 4 elements, got 3"),
+    "http-infer-too-many-elements": (400, "input 'INPUT0': tensor of shape [4] needs 4 elements, got 5"),
+    "http-infer-strings-for-fp32": (400, "input 'INPUT0': tensor data holds values that are not of datatype FP32"),
+    "http-infer-bools-for-fp32": (400, "input 'INPUT0': tensor data holds values that are not of datatype FP32"),
+    "http-infer-int-out-of-range":
+        (400, "input 'INPUT0': tensor data does not fit datatype INT32: Python integer 1099511627776 out of bounds "
+              "for int32"),
+    "http-infer-negative-dimension": (400, "input 'INPUT0': shape [-4] has a negative dimension"),
+    "http-infer-no-name": (400, "Unable to parse 'name': attempt to access JSON non-string as string"),
+    "http-infer-id-not-a-string": (400, "Unable to parse 'id': attempt to access JSON non-string as string"),
+    "http-infer-parameters-not-an-object": (400, "request 'parameters' must be a JSON object"),
+    "http-infer-classification-negative":
+        (400, "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    "http-infer-classification-not-a-number":
+        (400, "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    "http-generate-many-responses":
+        (400, "generate expects model to produce exactly 1 response, use generate stream for model that generates "
+              "various number of responses"),
+    "http-generate-not-json":
+        (400, "failed to parse the request JSON buffer: Expecting property name enclosed in double quotes: line 1 "
+              "column 2 (char 1)"),
+    "http-generate-parameters-not-an-object": (400, "Expected JSON object for keyword: 'parameters'"),
+    "http-sequence-id-not-a-number-or-string":
+        (400, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+    "http-shm-register-unknown-key": (400, "Unable to open shared memory region: '/serverless_triton_no_such_key'"),
+    "http-shm-register-past-the-end": (400, "Invalid shared memory region: '/serverless_triton_conformance_in'"),
+    "http-shm-register-path-trick": (400, "Unable to open shared memory region: '../../etc/passwd'"),
+    "http-shm-infer-output-too-small":
+        (400, "shared memory size specified with the request for output 'OUTPUT0' (8 bytes) should be at least 16 "
+              "bytes to hold the results"),
+    "http-logging-not-a-bool": (400, "attempt to access JSON non-boolean as boolean"),
+    "http-logging-bad-format": (400, "invalid argument for --log_format, got: fancy"),
+    "http-trace-setting-level-not-a-list": (400, "attempt to access JSON non-array as array"),
+    "http-trace-setting-rate-not-a-string": (400, "attempt to access JSON non-string as string"),
+    "http-cuda-register-not-an-object": (400, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"),
+    "http-cuda-register-no-device": (400, "attempt to access non-existing object member 'device_id'"),
+    "explicit-load-unknown-model": (400, "failed to load 'nonexistent', failed to poll from model repository"),
+    "explicit-load-config-does-not-parse":
+        (400, "failed to load 'bad_config', failed to poll from model repository: model 'bad_config': config.pbtxt "
+              "syntax error: 2:17 : 'max_batch_size: {': Couldn't parse integer: {"),
+    "explicit-load-config-not-json":
+        (400, "failed to load 'text', failed to poll from model repository: model 'text': the 'config' parameter "
+              "is not a valid model config: Failed to load JSON: Expecting property name enclosed in double "
+              "quotes: line 1 column 2 (char 1)."),
+    "explicit-load-config-not-a-string": (400, "parameter 'config' must be a string holding the model config as JSON"),
+    "explicit-load-with-a-file":
+        (400, "parameters ['file:1/model.py'] are not accepted: models load only from the configured repository"),
+    "explicit-load-unknown-parameter":
+        (400, "parameters ['foo'] are not accepted: models load only from the configured repository"),
+    "explicit-load-bad-json":
+        (400, "failed to parse the request JSON buffer: Expecting property name enclosed in double quotes: line 1 "
+              "column 2 (char 1)"),
+    "explicit-grpc-load-unknown-model":
+        ("INVALID_ARGUMENT", "failed to load 'nonexistent', failed to poll from model repository"),
+}
+
+# The repository index: a model that failed to load, which Triton lists by name only, and the reason we give.
+FAILED_MODEL_REASONS = {
+    "bad_config": ("model 'bad_config': config.pbtxt syntax error: 2:17 : 'max_batch_size: {': Couldn't parse "
+                   "integer: {"),
+    "ensemble_batch_too_big": ("ensemble ensemble_batch_too_big allows maximum batch size 16, but it contains model "
+                               "batched which only allows maximum batch size to be 8"),
+    "ensemble_cycle": ("output 'DOUBLED' for ensemble 'ensemble_cycle' is not written: at least one of its depending "
+                       "tensors, 't1', is not connected"),
+    "ensemble_dtype_mismatch": ("in ensemble ensemble_dtype_mismatch, ensemble tensor sum: inconsistent data type: "
+                                "TYPE_FP32 is inferred from model batched while TYPE_INT32 is inferred from model "
+                                "double_int"),
+    "ensemble_missing_model": ("ensemble ensemble_missing_model contains models that are not available or ambiguous: "
+                               "nonexistent"),
+    "ensemble_unused_tensor": "ensemble tensor 'spare' is unused in ensemble 'ensemble_unused_tensor'",
+}
+# The index cases -> the failed models they list with a reason (in explicit mode, only the one a step tried to load).
+INDEX_CASES: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("http-index", "http-index-not-ready", "grpc-index"), frozenset(FAILED_MODEL_REASONS)),
+    **dict.fromkeys(("explicit-index-after-loads", "explicit-index-after-unload", "explicit-grpc-index"),
+                    frozenset({"bad_config"})),
+}
+
+
+def our_answer_problem(name: str, theirs: dict, ours: dict) -> str | None:
+    """What is wrong with our answer to the listed case ``name`` (None when it is the documented one)."""
+    if name in INDEX_CASES:
+        return _index_problem(theirs, ours, INDEX_CASES[name])
+    status, words = ERROR_ANSWERS[name]
+    expected: dict[str, Any] = ({"code": status, "details": words} if isinstance(status, str)
+                                else {"status": status, "body": {"error": words}})
+    return None if ours == expected else f"{name}: expected our documented answer\n  {expected}\n  got {ours}"
+
+
+def _index_problem(theirs: dict, ours: dict, failed: frozenset[str]) -> str | None:
+    """Our index is Triton's, but a model of ``failed`` carries state UNAVAILABLE and its reason, and a model Triton
+    still lists UNLOADING is UNAVAILABLE ('unloaded') in ours."""
+    def entries(observed: dict) -> Any:
+        return observed.get("body") if "status" in observed else (observed.get("response") or {}).get("models")
+
+    expected = []
+    for entry in entries(theirs) or []:
+        if set(entry) == {"name"} and entry["name"] in failed:
+            entry = {**entry, "state": "UNAVAILABLE", "reason": FAILED_MODEL_REASONS[entry["name"]]}
+        elif entry.get("state") == "UNLOADING":
+            entry = {**entry, "state": "UNAVAILABLE", "reason": "unloaded"}
+        expected.append(entry)
+    if entries(ours) != expected or ours.get("status", ours.get("code")) not in (200, "OK"):
+        return f"the index, expected\n  {expected}\n  got {ours}"
+    return None
 
 
 def markdown_table() -> str:

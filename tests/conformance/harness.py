@@ -57,13 +57,18 @@ def without_traceback(value: Any) -> Any:
     return value
 
 
-def agree(theirs: Any, ours: Any) -> bool:
-    """Equal, except that an error message of ours may add ``: <detail>`` after Triton's exact text."""
+ERROR_MESSAGE_KEYS = frozenset({"error", "details"})  # an HTTP error body's message, a gRPC status's details
+
+
+def agree(theirs: Any, ours: Any, key: str | None = None) -> bool:
+    """Equal, except that an error message of ours (the value of an ``ERROR_MESSAGE_KEYS`` key) may add
+    ``: <detail>`` after Triton's exact text; every other string must be equal."""
     if isinstance(theirs, dict) and isinstance(ours, dict):
-        return theirs.keys() == ours.keys() and all(agree(theirs[k], ours[k]) for k in theirs)
+        return theirs.keys() == ours.keys() and all(agree(theirs[k], ours[k], k) for k in theirs)
     if isinstance(theirs, list) and isinstance(ours, list):
         return len(theirs) == len(ours) and all(agree(t, o) for t, o in zip(theirs, ours, strict=True))
-    if isinstance(theirs, str) and isinstance(ours, str) and theirs and ours.startswith(theirs + ": "):
+    if (key in ERROR_MESSAGE_KEYS and isinstance(theirs, str) and isinstance(ours, str) and theirs
+            and ours.startswith(theirs + ": ")):
         return True
     return theirs == ours
 

@@ -12,7 +12,13 @@ import httpx
 import pytest
 
 from tests.conformance.cases import GRPC_CASES, HTTP_CASES
-from tests.conformance.differences import DIFFERENCES, GLOBAL_DIFFERENCES
+from tests.conformance.differences import (
+    DIFFERENCES,
+    ERROR_ANSWERS,
+    GLOBAL_DIFFERENCES,
+    INDEX_CASES,
+    our_answer_problem,
+)
 from tests.conformance.harness import agree, observe_grpc, observe_http, without_traceback
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +34,8 @@ def judge(name: str, theirs: dict, ours: dict) -> None:
     theirs = without_traceback(theirs)
     if name in DIFFERENCES:
         assert not agree(theirs, ours), f"{name} now agrees with Triton: take it out of differences.py"
+        problem = our_answer_problem(name, theirs, ours)
+        assert problem is None, problem
     else:
         assert agree(theirs, ours), f"\ntriton: {theirs}\nours:   {ours}"
 
@@ -49,6 +57,20 @@ def test_case_names_are_distinct_and_differences_name_real_cases():
     assert len(names) == len(set(names))
     assert len(names) >= 150
     assert set(DIFFERENCES) <= set(names) | _other_case_names()
+
+
+def test_every_difference_documents_our_answer():
+    assert set(ERROR_ANSWERS) | set(INDEX_CASES) == set(DIFFERENCES)
+    assert not set(ERROR_ANSWERS) & set(INDEX_CASES)
+
+
+def test_agree_lets_only_an_error_message_add_detail():
+    assert agree({"status": 400, "body": {"error": "no such model"}},
+                 {"status": 400, "body": {"error": "no such model: it failed to load"}})
+    assert agree({"code": "NOT_FOUND", "details": "gone"}, {"code": "NOT_FOUND", "details": "gone: unloaded"})
+    assert not agree({"body": [{"name": "m", "state": "READY"}]}, {"body": [{"name": "m", "state": "READY: no"}]})
+    assert not agree({"body": {"reason": "x"}}, {"body": {"reason": "x: y"}})
+    assert not agree({"status": 400, "body": {"error": "a"}}, {"status": 500, "body": {"error": "a"}})
 
 
 def test_readme_table_lists_every_difference():
