@@ -32,16 +32,9 @@ import psutil
 if __package__ in (None, ""):  # run as a file: the project's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.bench_vs_triton import (  # noqa: E402
-    MODELS,
-    ROOT,
-    build_repository,
-    load,
-    point_requests,
-    start_ours,
-    stop_tree,
-    wait_ready,
-)
+from scripts.bench_load import bad_calls, load  # noqa: E402
+from scripts.bench_models import MODELS, build_repository, point_requests  # noqa: E402
+from scripts.bench_servers import ROOT, start_ours, stop_tree, wait_ready  # noqa: E402
 
 NATIVE_EDGE = Path("runtime/grpc/native_edge.cc")
 NATIVE_SOURCES = ("native_*.cc", "native_*.h")
@@ -76,10 +69,11 @@ def tree_parts(pid: int) -> dict[str, tuple[float, int]]:
 
 
 def measure(process: subprocess.Popen, protocol: str, port: int, model: str, concurrency: int,
-            requests: int) -> dict:
-    """One point's load against one server: its rate, p50, and per part µs of CPU and switches per request."""
+            requests: int, repository: Path) -> dict:
+    """One point's load against one server: its rate, p50, and per part µs of CPU and switches per request
+    (per good answer: a call that failed or was answered wrongly is counted in ``bad_calls``)."""
     before = tree_parts(process.pid)
-    result = load(protocol, port, model, concurrency, requests)
+    result = load(protocol, port, model, concurrency, requests, repository)
     after = tree_parts(process.pid)
     for part in PARTS:
         result[f"{part}_us"] = (after[part][0] - before[part][0]) / result["served"] * 1e6
@@ -178,13 +172,15 @@ def main() -> None:
         for round_index in range(args.rounds):
             order = ["A", "B"] if round_index % 2 == 0 else ["B", "A"]
             for protocol, model, c in points:
-                count = point_requests(model, args.requests)
+                count = point_requests(model, args.requests, c)
                 for name in order:
                     process, http_port, grpc_port = servers[name]
-                    row = measure(process, protocol, grpc_port if protocol == "grpc" else http_port, model, c, count)
+                    row = measure(process, protocol, grpc_port if protocol == "grpc" else http_port, model, c, count,
+                                  repository)
                     rows.setdefault((protocol, model, c), {"A": [], "B": []})[name].append(row)
+                    bad = f", {bad_calls(row)} BAD CALLS: {row['first_problem']}" if bad_calls(row) else ""
                     print(f"  round {round_index + 1} {name} {protocol} {model} c={c}: {row['rps']:.0f} req/s, "
-                          f"{row['cpu_us']:.0f} us/req", flush=True)
+                          f"{row['cpu_us']:.0f} us/req{bad}", flush=True)
     finally:
         for process, _, _ in servers.values():
             stop_tree(process)

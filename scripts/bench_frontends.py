@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from scripts.bench_vs_triton import ADD_SUB, ADD_SUB_CONFIG, OUTPUTS, SHAPES, wait_ready
+from scripts.bench_models import ADD_SUB, ADD_SUB_CONFIG, OUTPUTS, SHAPES
+from scripts.bench_servers import wait_ready
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

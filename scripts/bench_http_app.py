@@ -33,7 +33,7 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool, wo
     from runtime.http.app import create_http_app
     from runtime.server import Server, ServerOptions
     from scripts.bench_frontends import request_files
-    from scripts.bench_vs_triton import build_repository
+    from scripts.bench_models import build_repository
 
     work = Path(tempfile.mkdtemp(prefix="bench-http-app-"))
     repository = build_repository(work / "repo", "ours")
@@ -116,7 +116,7 @@ async def measure(model: str, requests: int, concurrency: int, profile: bool, wo
 
 def workers_cpu() -> float:
     """CPU seconds so far of this process's children (a Python model's workers, under its forkserver)."""
-    from scripts.bench_vs_triton import tree_cpu_seconds
+    from scripts.bench_servers import tree_cpu_seconds
 
     own = os.times()
     return tree_cpu_seconds(os.getpid()) - own.user - own.system

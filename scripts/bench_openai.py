@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from examples.build_models import EXAMPLE_REPOSITORY
-from scripts.bench_vs_triton import start_ours, stop_tree, tree_cpu_seconds, wait_ready
+from scripts.bench_servers import start_ours, stop_tree, tree_cpu_seconds, wait_ready
 
 PROMPT = "Tell me how the server answers a request"
 

@@ -1,26 +1,31 @@
 """One port against two: add_sub_onnx over gRPC and HTTP at c=1 and c=32, our server in its two-port mode
-(grpcio's server and granian) and with ``--single-port true`` (hypercorn carrying both), from one run.
+(the native gRPC edge and granian) and with ``--single-port true`` (hypercorn carrying both).
 
-    .venv/bin/python -m scripts.bench_single_port [--requests 3000]
+    .venv/bin/python -m scripts.bench_single_port [--requests 3000] [--rounds 3]
 
-The server and its workers run on CPU 0, the tritonclient load (``scripts.bench_vs_triton``'s) on CPU 1; each
-point is the better of two rounds, the modes taking turns; printed as single-port / two-port ratios beside each
-mode's server CPU per request.
+The server and its workers run on CPU 0, the tritonclient load (``scripts.bench_load``) on CPU 1. Each round starts
+each mode afresh and measures every point in it (the modes' order reversed every round); a ratio is one port / two
+ports within a round, and the table gives the median over the rounds and the range. Every call is counted: a point
+with a call that failed or was answered wrongly is marked FAILED and the script exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from scripts.bench_vs_triton import build_repository, load, pinned, stop_tree, tree_cpu_seconds, wait_ready
+from scripts.bench_load import bad_calls, load, pinned
+from scripts.bench_models import build_repository
+from scripts.bench_servers import stop_tree, tree_cpu_seconds, wait_ready
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "add_sub_onnx"
+POINTS = [(protocol, concurrency) for protocol in ("grpc", "http") for concurrency in (1, 32)]
 
 
 def start(repository: Path, single_port: bool, log: Path) -> tuple[subprocess.Popen, int, int]:
@@ -32,39 +37,59 @@ def start(repository: Path, single_port: bool, log: Path) -> tuple[subprocess.Po
     return process, http, http if single_port else grpc_port
 
 
-def main() -> None:
+def measure_mode(repository: Path, single_port: bool, requests: int, log: Path) -> dict[tuple[str, int], dict]:
+    """Every point against one mode, started afresh: the load's figures and the server's CPU per good answer."""
+    process, http, grpc_port = start(repository, single_port, log)
+    out = {}
+    try:
+        wait_ready(process, http)
+        for protocol, concurrency in POINTS:
+            before = tree_cpu_seconds(process.pid)
+            result = load(protocol, grpc_port if protocol == "grpc" else http, MODEL, concurrency, requests,
+                          repository)
+            spent = tree_cpu_seconds(process.pid) - before
+            result["cpu_us"] = spent / result["served"] * 1e6 if result["served"] else float("nan")
+            out[(protocol, concurrency)] = result
+            bad = f"  {bad_calls(result)} BAD CALLS: {result['first_problem']}" if bad_calls(result) else ""
+            print(f"  {'one port' if single_port else 'two ports':9} {protocol:4} c={concurrency:<3} "
+                  f"{result['rps']:8.0f} req/s  server CPU {result['cpu_us']:.0f} us/req{bad}", flush=True)
+    finally:
+        stop_tree(process)
+    return out
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-single-port-"))
     repository = build_repository(workdir / "repo", "ours")
-    best: dict[tuple[str, str, int], tuple[float, float]] = {}
-    for single_port in (False, True, False, True):
-        process, http, grpc_port = start(repository, single_port, workdir / f"server-{single_port}.log")
-        try:
-            wait_ready(process, http)
-            for protocol in ("grpc", "http"):
-                for concurrency in (1, 32):
-                    before = tree_cpu_seconds(process.pid)
-                    result = load(protocol, grpc_port if protocol == "grpc" else http, MODEL, concurrency,
-                                  args.requests)
-                    cpu = (tree_cpu_seconds(process.pid) - before) / result["served"] * 1e6
-                    key = ("single" if single_port else "two", protocol, concurrency)
-                    if key not in best or result["rps"] > best[key][0]:
-                        best[key] = (result["rps"], cpu)
-        finally:
-            stop_tree(process)
-    print(f"{MODEL}, server on CPU 0, load on CPU 1, better of two rounds")
+    rounds: list[dict[bool, dict]] = []
+    for index in range(args.rounds):
+        modes = (False, True) if index % 2 == 0 else (True, False)
+        rounds.append({mode: measure_mode(repository, mode, args.requests, workdir / f"server-{mode}.log")
+                       for mode in modes})
+    print(f"\n{MODEL}, server on CPU 0, load on CPU 1; median of {args.rounds} rounds (range), each ratio within "
+          "a round")
     print("| protocol, concurrency | two ports req/s | one port req/s | one / two | server CPU per request, "
           "two / one |")
     print("| --- | --- | --- | --- | --- |")
-    for protocol in ("grpc", "http"):
-        for concurrency in (1, 32):
-            (two, two_cpu), (one, one_cpu) = best[("two", protocol, concurrency)], best[("single", protocol,
-                                                                                         concurrency)]
-            print(f"| {protocol}, {concurrency} | {two:.0f} | {one:.0f} | {one / two:.2f}x | "
-                  f"{two_cpu:.0f} / {one_cpu:.0f} µs |")
+    failed = 0
+    for point in POINTS:
+        two = [r[False][point] for r in rounds]
+        one = [r[True][point] for r in rounds]
+        bad = sum(map(bad_calls, two + one))
+        failed += bad
+        ratios = [o["rps"] / t["rps"] for o, t in zip(one, two, strict=True) if t["rps"]]
+        verdict = f" FAILED: {bad} bad calls" if bad else ""
+        print(f"| {point[0]}, {point[1]} | {statistics.median(r['rps'] for r in two):.0f} | "
+              f"{statistics.median(r['rps'] for r in one):.0f} | {statistics.median(ratios):.2f}x "
+              f"({min(ratios):.2f}-{max(ratios):.2f}){verdict} | "
+              f"{statistics.median(r['cpu_us'] for r in two):.0f} / {statistics.median(r['cpu_us'] for r in one):.0f}"
+              " µs |")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

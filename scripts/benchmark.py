@@ -13,7 +13,9 @@ throughput and p50/p99 latency, plus these ratios:
 - our throughput / MLServer's (1.7.1, installed by this script into its own venv,
   serving the same ONNX file through a small custom MLModel) at the same concurrency;
 - p50 latency overhead of the near-identity model over gRPC at concurrency 1, against a
-  minimal gRPC echo server on the same stack (the floor for the client and grpcio alone);
+  minimal gRPC echo server on the same stack (the floor for the client and grpcio alone): both servers up at once,
+  measured in turns (``IDENTITY_ROUNDS`` rounds, the order reversed each round), the median of the paired
+  differences;
 - large JSON tensors: the server's peak memory growth per MiB of JSON while 4 requests of
   ~55 MiB of JSON arrive at once, and the slowest health answer meanwhile;
 - side by side with real Triton 2.51 (scripts/bench_vs_triton.py): three Python-backend models,
@@ -59,7 +61,10 @@ import numpy as np
 from examples.build_models import build_dense_onnx, save_onnx
 from scripts.bench_frontends import available as frontends_available
 from scripts.bench_frontends import print_scaling, scaling
-from scripts.bench_vs_triton import pinned, print_ratios, ratios, side_by_side, wait_grpc_live
+from scripts.bench_load import pinned
+from scripts.bench_servers import wait_grpc_live
+from scripts.bench_vs_triton import print_summary, side_by_side
+from scripts.bench_vs_triton import summarize as summarize_vs_triton
 from scripts.bench_vs_triton import targets as triton_targets
 from tests.support import JSON_SUM, JSON_SUM_CONFIG
 
@@ -123,6 +128,7 @@ class Results:
     targets: dict = field(default_factory=dict)
     json_memory: dict = field(default_factory=dict)
     vs_triton: list = field(default_factory=list)  # ours / real Triton, Python-backend models (bench_vs_triton)
+    identity_vs_echo: dict = field(default_factory=dict)  # the near-identity model against the echo, paired rounds
     across_cores: list = field(default_factory=list)  # front-end processes on k cores (bench_frontends)
 
 
@@ -544,11 +550,38 @@ async def run_ours(server: OurServer, results: Results, seconds: float, warmup: 
         point.mean_executed_batch, _ = executed_batch(http_url, "dense", before)
         results.points.append(point)
         print_point(point, bare[REQUEST_BATCH]["throughput"])
-    for protocol, url in (("grpc", grpc_url), ("http", http_url)):
-        for c in (1, 8, 64):
-            point = await measure("ours", url, protocol, "identity", IDENTITY_WIDTH, c, seconds, warmup)
-            results.points.append(point)
-            print_point(point)
+    for c in (1, 8, 64):  # over gRPC: in turns with the echo server (identity_against_echo)
+        point = await measure("ours", http_url, "http", "identity", IDENTITY_WIDTH, c, seconds, warmup)
+        results.points.append(point)
+        print_point(point)
+
+
+IDENTITY_ROUNDS = 3
+
+
+async def identity_against_echo(server: OurServer, echo: EchoServer, results: Results, seconds: float,
+                                warmup: float) -> dict:
+    """The near-identity model over gRPC against the echo server, both up at once, in turns point by point, the
+    order reversed every round, so that each pair is measured seconds apart: the median (and range) of the paired
+    p50 differences at c=1 and of the paired rate ratios."""
+    targets = {"echo": f"127.0.0.1:{echo.grpc_port}", "ours": f"127.0.0.1:{server.grpc_port}"}
+    differences: list[float] = []
+    rates: dict[int, list[float]] = {1: [], 8: [], 64: []}
+    for round_index in range(IDENTITY_ROUNDS):
+        order = ["echo", "ours"] if round_index % 2 == 0 else ["ours", "echo"]
+        for c in rates:
+            pair = {}
+            for name in order:
+                pair[name] = await measure(name, targets[name], "grpc", "identity", IDENTITY_WIDTH, c, seconds,
+                                           warmup)
+                results.points.append(pair[name])
+                print_point(pair[name])
+            rates[c].append(pair["ours"].throughput / pair["echo"].throughput)
+            if c == 1:
+                differences.append((pair["ours"].p50_ms - pair["echo"].p50_ms) * 1e3)
+    return {"p50_overhead_us_at_c1": statistics.median(differences),
+            "p50_overhead_us_at_c1_range": [min(differences), max(differences)],
+            "throughput_vs_echo": {f"grpc@{c}": statistics.median(values) for c, values in rates.items()}}
 
 
 def find(results: Results, target: str, model: str, protocol: str, concurrency: int) -> Point | None:
@@ -588,18 +621,12 @@ def summarize(results: Results, concurrency: tuple[int, ...]) -> None:
                 ratios["vs_bare_same_executed_batch"][f"grpc@{c}[b{REQUEST_BATCH}]"] = (
                     point.throughput / bare[nearest]["throughput"])
     identity = find(results, "ours", "identity", "grpc", 1)
-    echo = find(results, "echo", "identity", "grpc", 1)
     bare_identity = results.bare_onnxruntime["identity"][1]["p50_ms"]
     if identity:
         ratios["identity_grpc_p50_us_at_c1_minus_bare_onnxruntime"] = (identity.p50_ms - bare_identity) * 1e3
-    if identity and echo:
-        ratios["identity_grpc_p50_overhead_us_at_c1"] = (identity.p50_ms - echo.p50_ms) * 1e3
-        ratios["identity_grpc_throughput_vs_echo"] = {
-            f"grpc@{c}": ours.throughput / floor.throughput
-            for c in (1, 8, 64)
-            if (ours := find(results, "ours", "identity", "grpc", c)) and (floor := find(results, "echo", "identity",
-                                                                                        "grpc", c))
-        }
+    if results.identity_vs_echo:
+        ratios["identity_grpc_p50_overhead_us_at_c1"] = results.identity_vs_echo["p50_overhead_us_at_c1"]
+        ratios["identity_grpc_throughput_vs_echo"] = results.identity_vs_echo["throughput_vs_echo"]
     results.ratios = ratios
     grpc32 = ratios["vs_bare_same_executed_batch"].get("grpc@32")
     ml32 = ratios["vs_mlserver"].get("grpc@32_both_batching") or ratios["vs_mlserver"].get("grpc@32")
@@ -670,24 +697,19 @@ async def main_async(args: argparse.Namespace) -> Results:
                   f"{defaults[batch]['throughput']:9.1f} samples/s  p50 {defaults[batch]['p50_ms']:.2f} ms")
         print(f"  identity batch 1: p50 {results.bare_onnxruntime['identity'][1]['p50_ms'] * 1e3:.0f} us")
         pin_client()
-        print("\ngRPC echo server (the floor: same client and grpc stack, no model, no validation)", flush=True)
-        echo = EchoServer()
-        try:
-            for c in (1, 8, 64):
-                point = await measure("echo", f"127.0.0.1:{echo.grpc_port}", "grpc", "identity", IDENTITY_WIDTH, c,
-                                      seconds, warmup)
-                results.points.append(point)
-                print_point(point)
-        finally:
-            echo.stop()
         print("\nour server", flush=True)
         server = OurServer(repository)
+        echo = EchoServer()
         try:
             await run_ours(server, results, seconds, warmup, concurrency)
+            print("\nthe near-identity model over gRPC in turns with the echo server (the floor: same client and "
+                  "grpc stack, no model, no validation)", flush=True)
+            results.identity_vs_echo = await identity_against_echo(server, echo, results, seconds, warmup)
             print("\nlarge JSON tensors: 4 requests of ~55 MiB of JSON at once", flush=True)
             results.json_memory = json_memory(server)
             print("  " + ", ".join(f"{k} {v}" for k, v in results.json_memory.items()))
         finally:
+            echo.stop()
             server.stop()
         if not args.skip_mlserver:
             for batched, target in ((False, "mlserver"), (True, "mlserver+b")):
@@ -713,7 +735,8 @@ async def main_async(args: argparse.Namespace) -> Results:
         if not args.skip_triton:
             print("\nside by side with real Triton 2.51 (Python backend; each server on CPU 0, client on CPU 1)",
                   flush=True)
-            results.vs_triton = ratios(side_by_side(requests=600 if args.quick else 3000))
+            results.vs_triton = summarize_vs_triton(side_by_side(requests=600 if args.quick else 3000,
+                                                                 runs=1 if args.quick else 3))
         if not args.skip_frontends and frontends_available():
             print("\nacross cores: front-end processes (h2load; gRPC and HTTP)", flush=True)
             unpin()
@@ -721,7 +744,7 @@ async def main_async(args: argparse.Namespace) -> Results:
                 results.across_cores += scaling(4, 8000 if args.quick else 40000, protocol)
         summarize(results, concurrency)
         if results.vs_triton:
-            print_ratios(results.vs_triton)
+            print_summary(results.vs_triton)
         for protocol in ("grpc", "http"):
             rows = [row for row in results.across_cores if row["protocol"] == protocol]
             if rows:

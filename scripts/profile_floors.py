@@ -33,7 +33,8 @@ import httpx
 import psutil
 
 from scripts.bench_frontends import request_files
-from scripts.bench_vs_triton import build_repository, wait_ready
+from scripts.bench_models import build_repository
+from scripts.bench_servers import wait_ready
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,7 +30,9 @@ from pathlib import Path
 
 import psutil
 
-from scripts.bench_vs_triton import build_repository, load, start_ours, start_triton, stop_tree, wait_ready
+from scripts.bench_load import load
+from scripts.bench_models import build_repository
+from scripts.bench_servers import start_ours, start_triton, stop_tree, wait_ready
 
 _LINE = re.compile(r"^\s*(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+):\s+(.*)$")
 _NEXT = re.compile(r"next_comm=(.*) next_pid=(\d+)")
@@ -136,14 +138,14 @@ def profile_point(server: str, protocol: str, model: str, concurrency: int, requ
     try:
         wait_ready(process, http_port)
         port = grpc_port if protocol == "grpc" else http_port
-        load(protocol, port, model, concurrency, 200)  # warm
+        load(protocol, port, model, concurrency, 200, repository)  # warm
         named = roles(process.pid)
         perf_data = workdir / f"{server}-{protocol}-{model}.data"
         recording = subprocess.Popen(
             ["perf", "record", "-q", "-e", "sched:sched_switch,syscalls:sys_enter_sendmsg", "-C", "0", "-o",
              str(perf_data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # perf is recording
-        result = load(protocol, port, model, concurrency, requests)
+        result = load(protocol, port, model, concurrency, requests, repository)
         recording.send_signal(2)
         recording.wait(60)
         report(f"{server}, {result['rps']:.0f} req/s", stretches(perf_data, named), result["served"])
