@@ -109,15 +109,16 @@ class DirectModel:
     one); ``watch_idle(watcher, hold)`` tells ``watcher(bool)`` whether the model's own queue is idle (nothing
     queued or executing) now and on each change, asks ``hold()`` before the scheduler runs a batch (None: the front
     end holds the instance with nothing, else an awaitable done once it does not), and returns how to stop;
-    ``add_served(pull)`` makes ``pull()`` (which
-    returns ServedRows) be asked whenever the model's statistics are read, and returns how to stop;
+    ``add_served(pull, state)`` makes ``pull()`` (which returns ServedRows) be asked whenever the model's statistics
+    are read, and ``state()`` (whether the front end takes its requests, whether it serves one now) whenever its
+    lanes are, and returns how to stop;
     ``record_served(*rows)`` counts what the front end finished itself."""
 
     spec: ModelSpec
     version: int
     channel: DirectChannel
     watch_idle: Callable[[Callable[[bool], None], Callable[[], Awaitable[None] | None]], Callable[[], None]]
-    add_served: Callable[[Callable[[], ServedRows]], Callable[[], None]]
+    add_served: Callable[[Callable[[], ServedRows], Callable[[], tuple[bool, bool]]], Callable[[], None]]
     record_served: Callable[[list, int, int, int], None]
 
 

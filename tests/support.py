@@ -123,6 +123,28 @@ class ServerProcess:
                 raise RuntimeError(f"the initial load did not finish:\n{self.log()}")
             time.sleep(0.1)
 
+    def lanes(self, model: str) -> tuple[int, int, int]:
+        """``model``'s native lanes from the metrics: (open, serving a request now, requests served so far)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        found = {"serverless_triton_lane_open": 0, "serverless_triton_lane_executing": 0,
+                 "serverless_triton_lane_requests_total": 0}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in found and sample.labels.get("model") == model:
+                    found[sample.name] += int(sample.value)
+        return (found["serverless_triton_lane_open"], found["serverless_triton_lane_executing"],
+                found["serverless_triton_lane_requests_total"])
+
+    def wait_for_lane(self, model: str, executing: bool = False, timeout: float = 10.0) -> None:
+        """Until ``model`` has a lane open (``executing``: one serving a request); AssertionError after
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.lanes(model)[1 if executing else 0]:
+            assert time.monotonic() < deadline, f"no lane {'serving a request' if executing else 'open'} for {model}"
+            time.sleep(0.01)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
         if self.process is None:
             return 0

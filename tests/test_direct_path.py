@@ -62,7 +62,11 @@ def test_closing_hooks_run_once_and_none_join_after():
 def test_what_a_direct_path_served_is_counted_when_the_statistics_are_read():
     stats = ModelStatistics()
     served = [([(2, 3, 3000, 300, 2400, 300)], 1, 500, 1_700_000_000_000_000_000)]
-    remove = stats.add_source(lambda: served.pop() if served else ([], 0, 0, 0))
+    state = [(True, True)]
+    remove = stats.add_source(lambda: served.pop() if served else ([], 0, 0, 0), lambda: state[0])
+    assert stats.lanes() == (1, 1, 4)  # one lane open, serving a request now, and 3 + 1 served
+    state[0] = (False, False)
+    assert stats.lanes() == (0, 0, 4)  # stopped (retired), until removed
     counted = stats.to_dict("m", 1)
     assert (counted["inference_count"], counted["execution_count"]) == (6, 4)
     assert counted["inference_stats"]["success"] == {"count": 3, "ns": 3000}
@@ -76,6 +80,7 @@ def test_what_a_direct_path_served_is_counted_when_the_statistics_are_read():
     served.append(([(1, 1, 10, 1, 8, 1)], 0, 0, 0))
     remove()  # takes the last rows with it
     assert stats.to_dict("m", 1)["inference_count"] == 7
+    assert stats.lanes() == (0, 0, 5)
     served.append(([(1, 1, 10, 1, 8, 1)], 0, 0, 0))
     assert stats.to_dict("m", 1)["inference_count"] == 7  # no longer asked
 

@@ -80,6 +80,7 @@ class ServerCollector:
         if gpu_count():
             yield from _gpu_metrics()
         yield _batch_size_histogram(models)
+        yield from _lane_metrics([model for model, _ in models])
         decoupled = [model for model, _ in models if model.spec.decoupled]
         yield from _latency_histograms(decoupled, self.histograms)
         if self.on_demand is not None:
@@ -93,6 +94,18 @@ def _histogram(metric: Metric, labels: dict[str, str], snapshot: tuple) -> None:
     metric.add_sample(f"{metric.name}_bucket", labels | {"le": "+Inf"}, count)
     metric.add_sample(f"{metric.name}_count", labels, count)
     metric.add_sample(f"{metric.name}_sum", labels, total)
+
+
+def _lane_metrics(models: list[ModelVersion]) -> Iterator[Metric]:
+    """The native lanes (runtime/grpc/native_lanes.py): whether plain requests to a model go past its scheduler."""
+    lanes = [(_labels(model), model.stats.lanes()) for model in models]
+    yield _metric("serverless_triton_lane_open", "gauge", "Native lanes open to the model's worker (1: a lone plain "
+                  "request may be served past the scheduler)", [(labels, open_) for labels, (open_, _, _) in lanes])
+    yield _metric("serverless_triton_lane_executing", "gauge", "Requests the model's native lane is serving now",
+                  [(labels, executing) for labels, (_, executing, _) in lanes])
+    yield _metric("serverless_triton_lane_requests_total", "counter", "Inference requests served on the model's "
+                  "native lane, past the scheduler (counted in nv_inference_request_success or _failure too)",
+                  [(labels, served) for labels, (_, _, served) in lanes])
 
 
 def _on_demand_metrics(loader: OnDemandLoader) -> Iterator[Metric]:

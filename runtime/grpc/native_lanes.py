@@ -145,7 +145,8 @@ class NativeLanes:
             lane.shutdown()
             return
         entry = _OpenLane(lane, model, model.watch_idle(lane.set_idle, lambda: self._held(lane)),
-                          model.add_served(lane.take_served), stop_closing)
+                          model.add_served(lane.take_served, lambda: (bool(lane.open), bool(lane.busy))),
+                          stop_closing)
         self.open[spec.name] = entry
         self.edge.add_lane(lane)
 

@@ -87,7 +87,9 @@ class ModelStatistics:
     response_interval: LatencyHistogram = field(
         default_factory=lambda: LatencyHistogram(RESPONSE_INTERVAL_BUCKETS_MS))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _sources: list[Callable[[], ServedRows]] = field(default_factory=list, repr=False)
+    lane_requests: int = 0  # of those counted above, the requests served past the scheduler (on a lane)
+    _sources: list[tuple[Callable[[], ServedRows], Callable[[], tuple[bool, bool]]]] = field(default_factory=list,
+                                                                                          repr=False)
 
     def __post_init__(self) -> None:
         # the phases every request and execution adds to, held directly: recording is on every request's path
@@ -142,21 +144,32 @@ class ModelStatistics:
             batch.compute_infer.add(infer_ns)
             batch.compute_output.add(output_ns)
 
-    def add_source(self, pull: Callable[[], ServedRows]) -> Callable[[], None]:
-        """Requests served past the scheduler (``runtime/direct_path.py``): ``pull()`` is asked for what it served
-        since last asked whenever these statistics are read.  Returns the remover, which takes its last rows."""
-        self._sources.append(pull)
+    def add_source(self, pull: Callable[[], ServedRows], state: Callable[[], tuple[bool, bool]]) -> Callable[[], None]:
+        """A lane serving requests past the scheduler (``runtime/direct_path.py``): ``pull()`` is asked for what it
+        served since last asked whenever these statistics are read, ``state()`` whether it takes requests and
+        whether it serves one now whenever its lanes are.  Returns the remover, which takes its last rows."""
+        source = (pull, state)
+        self._sources.append(source)
 
         def remove() -> None:
-            if pull in self._sources:
-                self._sources.remove(pull)
+            if source in self._sources:
+                self._sources.remove(source)
                 self.record_served(*pull())
 
         return remove
 
     def _pull_sources(self) -> None:
-        for pull in list(self._sources):
+        for pull, _ in list(self._sources):
             self.record_served(*pull())
+
+    def lanes(self) -> tuple[int, int, int]:
+        """(lanes open to the model, requests they serve now, requests they have served): what an operator, or a
+        test, reads to tell that plain requests go past the scheduler."""
+        self._pull_sources()
+        states = [state() for _, state in list(self._sources)]
+        with self._lock:
+            served = self.lane_requests
+        return sum(1 for open_, _ in states if open_), sum(1 for _, busy in states if busy), served
 
     def record_served(self, rows: list[tuple[int, int, int, int, int, int]], failed: int, failed_ns: int,
                       last_wall_ns: int) -> None:
@@ -166,6 +179,7 @@ class ModelStatistics:
             return
         computing_input, computing_infer, computing_output = self._computing
         with self._lock:
+            self.lane_requests += sum(row[1] for row in rows) + failed
             for batch_size, requests, total_ns, input_ns, infer_ns, output_ns in rows:
                 self._success.add(total_ns, requests)
                 self._queue.add(requests, requests)  # never queued: 1 ns each, so the field is there as Triton's is

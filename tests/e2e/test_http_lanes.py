@@ -3,8 +3,10 @@ native_http_lane.h): each answer byte for byte the core's (the same outputs aske
 data, which never takes a lane), whatever the model does, counted in the model's statistics; every request a lane
 cannot serve exactly so still served by the core.
 
-A lane's requests are never queued: each adds exactly 1 ns to its model's queue time, where the core's add their
-time in the queue (that is how these tests tell which served a request)."""
+Which served a request is read from the metrics (``serverless_triton_lane_requests_total``, ``_lane_executing``,
+``_lane_open``), so that each test here fails with the lanes off (``--grpc-native-lanes false``); and a lane's
+requests are never queued: each adds exactly 1 ns to its model's queue time, where the core's add their time in the
+queue."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import tritonclient.http as httpclient
 from tests.e2e.test_native_lanes import (  # noqa: F401 - pytestmark: skipped where the edge is not built
     CONFIG,
     MODEL,
+    a_lane_took,
+    executing_on_lane,
     pytestmark,
     queue_counts,
     served_on_lane,
@@ -86,13 +90,14 @@ def test_what_a_lane_does_not_write_itself_is_answered_as_the_core_answers_it(se
     data = SMALL.copy()
     data[0, 0] = first
     outputs = ["NEG"] if first == -5.0 else None
-    lane = _post(server, data, outputs, binary_input=True)
+    lane = a_lane_took(server, lambda: _post(server, data, outputs, binary_input=True))
     assert lane == _post(server, data, outputs, binary_input=False)
     assert lane[0] == (200 if first == -4.0 else 500)
 
 
 def test_a_request_that_is_not_plain_goes_through_the_core(server):
-    before = queue_counts(server)
+    served_on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # a plain one is a lane's
+    before, served = queue_counts(server), server.lanes("lanes")[2]
     client = httpclient.InferenceServerClient(server.http_url)
     try:
         tensor = httpclient.InferInput("IN", list(SMALL.shape), "FP32")
@@ -104,19 +109,23 @@ def test_a_request_that_is_not_plain_goes_through_the_core(server):
     assert queue_counts(server)[1] > before[1] + 1
     wrong = SMALL.reshape(1, 2, 2)  # a shape the config does not allow
     assert _post(server, wrong, None, binary_input=True) == _post(server, wrong, None, binary_input=False)
+    assert server.lanes("lanes")[2] == served
 
 
 def test_a_model_of_several_instances_is_served_by_the_core(server):
-    time.sleep(0.6)  # any lane would be open by now
+    served_on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # the lanes follow the offer
+    assert server.lanes("pair") == (0, 0, 0)  # and it has none
     for _ in range(3):
         time.sleep(0.02)
         before = queue_counts(server, "pair")
         assert _post(server, SMALL, None, binary_input=True, model="pair")[0] == 200
         assert queue_counts(server, "pair")[1] > before[1] + 1  # queued: the core ran it, on either instance
+    assert server.lanes("pair") == (0, 0, 0)
 
 
 def test_requests_that_come_together_are_answered_alike_whichever_serves_them(server):
     expected = _post(server, LARGE, ["DOUBLE"], binary_input=False)
+    assert served_on_lane(server, lambda: _post(server, LARGE, ["DOUBLE"], binary_input=True)) == expected
     answers = []
 
     def client() -> None:
@@ -129,6 +138,7 @@ def test_requests_that_come_together_are_answered_alike_whichever_serves_them(se
     for thread in clients:
         thread.join(60)
     assert len(answers) == 80 and all(answer == expected for answer in answers)
+    assert served_on_lane(server, lambda: _post(server, LARGE, ["DOUBLE"], binary_input=True)) == expected
 
 
 @pytest.mark.parametrize("first, words", [(-2.0, "worker process exited with code 3; it is being restarted"),
@@ -153,15 +163,15 @@ def test_a_client_that_leaves_is_seen_by_the_model(server):
     data = SMALL.copy()
     data[0, 0] = -7.0
     served_on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # the lane is open
-    time.sleep(0.02)
-    before = queue_counts(server)
+    before, lane_served = queue_counts(server), server.lanes("lanes")[2]
     with pytest.raises(TimeoutError):
         _post(server, data, None, binary_input=True, timeout=0.3)
     deadline = time.monotonic() + 5
     while not server.mark.exists() or queue_counts(server)[0] == before[0]:
         assert time.monotonic() < deadline, "the model never saw its request cancelled"
         time.sleep(0.02)
-    assert queue_counts(server) == (before[0] + 1, before[1] + 1)  # a lane served it
+    assert queue_counts(server) == (before[0] + 1, before[1] + 1)
+    assert server.lanes("lanes")[2] == lane_served + 1  # a lane served it
 
 
 @pytest.mark.parametrize("header, error", [
@@ -176,7 +186,8 @@ def test_a_client_that_leaves_is_seen_by_the_model(server):
      "unexpected additional input data for model 'lanes'"),
 ], ids=["a dim past int64", "a lone surrogate in the id", "sizes that do not add up"])
 def test_a_header_a_lane_cannot_hold_is_left_to_the_core(server, header, error):
-    time.sleep(0.02)
+    served_on_lane(server, lambda: _post(server, SMALL, None, binary_input=True))  # a plain one is a lane's
+    served = server.lanes("lanes")[2]
     connection = http.client.HTTPConnection(server.http_url, timeout=30)
     try:
         connection.request("POST", "/v2/models/lanes/infer", body=header + bytes(16),
@@ -186,6 +197,7 @@ def test_a_header_a_lane_cannot_hold_is_left_to_the_core(server, header, error):
     finally:
         connection.close()
     assert (status, json.loads(body)) == (400, {"error": error})
+    assert server.lanes("lanes")[2] == served
 
 
 def test_sigterm_drains_a_request_a_lane_is_serving(tmp_path):
@@ -196,9 +208,7 @@ def test_sigterm_drains_a_request_a_lane_is_serving(tmp_path):
         slow = SMALL.copy()
         slow[0, 0] = -6.0  # takes a second
         answers = []
-        request = threading.Thread(target=lambda: answers.append(_post(server, slow, ["SAME"], binary_input=True)))
-        request.start()
-        time.sleep(0.3)  # executing on the lane
+        request = executing_on_lane(server, lambda: answers.append(_post(server, slow, ["SAME"], binary_input=True)))
         assert server.stop() == 0, server.log()
         request.join(10)
     finally:

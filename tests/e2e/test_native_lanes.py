@@ -3,9 +3,10 @@ native_lane.h): answered as the core answers them over HTTP, whatever the model 
 a missing output, a worker that dies or hangs), counted in the model's statistics, and every call a lane cannot
 serve exactly so still served by the core.
 
-A lane's requests are never queued: each adds 1 ns to its model's queue time (so that the field is there, as
-Triton's always is), where the core's add their time in the queue (that is how these tests tell which served a
-call)."""
+Which served a call is read from the metrics (``serverless_triton_lane_requests_total``, ``_lane_executing``,
+``_lane_open``), so that each test here fails with the lanes off (``--grpc-native-lanes false``); and a lane's
+requests are never queued: each adds 1 ns to its model's queue time (so that the field is there, as Triton's always
+is), where the core's add their time in the queue."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from runtime.grpc.native import NATIVE_EDGE_BUILT
+from runtime.grpc.native_lanes import RECONCILE_SECONDS
 from runtime.server import EXIT_CUT_OFF
 from tests.support import ServerProcess, python_model_source, write_model
 
@@ -162,20 +164,43 @@ def queue_counts(server: ServerProcess, model: str = "lanes") -> tuple[int, int]
     return stats["success"]["count"], stats["queue"]["ns"]
 
 
-def served_on_lane(server: ServerProcess, call) -> object:
-    """``call()``'s outcome, asserting that a lane served it (one more success, nothing queued).  Each try waits
-    out the 10 ms after the statistics' own request in which the HTTP route leaves requests to the core."""
+def served_on_lane(server: ServerProcess, call, model: str = "lanes") -> object:
+    """``call()``'s outcome, asserting that a lane served it (one more request a lane served, one more success,
+    nothing queued).  Each try waits out the quiet time (``QUIET_NS``) in which the HTTP route leaves requests to the
+    core after infer requests overlapped."""
+    server.wait_for_lane(model)  # the lanes follow the core's offer within a quarter second (a new worker's too)
     deadline = time.monotonic() + 10
-    while True:  # the lanes follow the core's offer within a quarter second (a new worker's too)
+    while True:
         time.sleep(0.02)
-        before = queue_counts(server)
+        before, served_before = queue_counts(server, model), server.lanes(model)[2]
         time.sleep(0.02)
         outcome = call()
-        after = queue_counts(server)
-        if after[1] == before[1] + 1 or time.monotonic() > deadline:
+        after, served_after = queue_counts(server, model), server.lanes(model)[2]
+        if served_after == served_before + 1 or time.monotonic() > deadline:
             break
-    assert after == (before[0] + 1, before[1] + 1), "the core served the request, not a lane"
+    assert served_after == served_before + 1, "the core served the request, not a lane"
+    assert after == (before[0] + 1, before[1] + 1)
     return outcome
+
+
+def a_lane_took(server: ServerProcess, call, model: str = "lanes") -> object:
+    """``call()``'s outcome, asserting that a lane took it (whatever became of it: an error, a request given back
+    to be finished in the core's words)."""
+    server.wait_for_lane(model)
+    time.sleep(0.02)  # the HTTP route's quiet time after infer requests overlapped (QUIET_NS)
+    before = server.lanes(model)[2]
+    outcome = call()
+    assert server.lanes(model)[2] == before + 1, "no lane took the request"
+    return outcome
+
+
+def executing_on_lane(server: ServerProcess, call, model: str = "lanes") -> threading.Thread:
+    """``call()`` started in a thread, once a lane is open, and running on it (the metrics say so)."""
+    server.wait_for_lane(model)
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    server.wait_for_lane(model, executing=True)
+    return thread
 
 
 SMALL = np.array([[1.5, 2.0, 3.0, 4.0]], np.float32)
@@ -195,7 +220,7 @@ def test_what_a_lane_does_not_write_itself_is_answered_as_the_core_answers_it(se
     data = SMALL.copy()
     data[0, 0] = first
     outputs = ["NEG"] if first == -5.0 else None
-    grpc_answer = _grpc(server, data, outputs)
+    grpc_answer = a_lane_took(server, lambda: _grpc(server, data, outputs))
     http_answer = _http(server, data, outputs)
     assert grpc_answer.pop("status", "StatusCode.INTERNAL") == "StatusCode.INTERNAL"
     assert grpc_answer == http_answer
@@ -204,9 +229,11 @@ def test_what_a_lane_does_not_write_itself_is_answered_as_the_core_answers_it(se
 
 
 def test_a_call_that_is_not_plain_goes_through_the_core(server):
-    before = queue_counts(server)
+    served_on_lane(server, lambda: _grpc(server, SMALL))  # a plain one is a lane's
+    before, served = queue_counts(server), server.lanes("lanes")[2]
     assert "outputs" in _grpc(server, SMALL, parameters={"custom": "x"})
     assert queue_counts(server)[1] > before[1] + 1
+    assert server.lanes("lanes")[2] == served
     wrong = _grpc(server, SMALL.astype(np.float32).reshape(1, 2, 2))  # a shape the config does not allow
     assert wrong["status"] == "StatusCode.INVALID_ARGUMENT"
     assert wrong["error"] == _http(server, SMALL.reshape(1, 2, 2))["error"]
@@ -233,13 +260,14 @@ def test_a_client_that_leaves_is_seen_by_the_model(server):
     data = SMALL.copy()
     data[0, 0] = -7.0
     served_on_lane(server, lambda: _grpc(server, SMALL))  # the lane is open
-    before = queue_counts(server)
+    before, lane_served = queue_counts(server), server.lanes("lanes")[2]
     assert _grpc(server, data, client_timeout=0.3)["status"] == "StatusCode.DEADLINE_EXCEEDED"
     deadline = time.monotonic() + 5
     while not server.mark.exists() or queue_counts(server)[0] == before[0]:
         assert time.monotonic() < deadline, "the model never saw its request cancelled"
         time.sleep(0.02)
-    assert queue_counts(server) == (before[0] + 1, before[1] + 1)  # a lane served it
+    assert queue_counts(server) == (before[0] + 1, before[1] + 1)
+    assert server.lanes("lanes")[2] == lane_served + 1  # a lane served it
 
 
 def test_an_unload_waits_for_the_call_a_lane_is_serving(tmp_path):
@@ -250,9 +278,7 @@ def test_an_unload_waits_for_the_call_a_lane_is_serving(tmp_path):
         slow = SMALL.copy()
         slow[0, 0] = -6.0
         answers = []
-        call = threading.Thread(target=lambda: answers.append(_grpc(server, slow)))
-        call.start()
-        time.sleep(0.3)  # the call is executing on the lane
+        call = executing_on_lane(server, lambda: answers.append(_grpc(server, slow)))
         client = httpclient.InferenceServerClient(server.http_url)
         try:
             client.unload_model("lanes")
@@ -264,18 +290,26 @@ def test_an_unload_waits_for_the_call_a_lane_is_serving(tmp_path):
         assert gone.get("status") in ("StatusCode.NOT_FOUND", "StatusCode.UNAVAILABLE"), gone
 
 
+def _no_lane_open(server: ServerProcess, model: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while server.lanes(model)[0]:
+        assert time.monotonic() < deadline, f"{model}'s lane is still open"
+        time.sleep(0.01)
+
+
 def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
     served_on_lane(server, lambda: _grpc(server, SMALL))
-    time.sleep(0.6)
+    time.sleep(0.6)  # the descriptors counted once the lanes have settled (none retired, still closing)
     descriptors = psutil.Process(server.process.pid).num_fds()
     client = httpclient.InferenceServerClient(server.http_url)
     try:
         for _ in range(3):  # each time a lane is retired and another opened on the same worker
             client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
-            time.sleep(0.6)  # the lanes follow within a quarter second
-            before = queue_counts(server)
+            _no_lane_open(server, "lanes")  # the lanes follow within a quarter second
+            before, served = queue_counts(server), server.lanes("lanes")[2]
             assert "outputs" in _grpc(server, SMALL)
             assert queue_counts(server)[1] > before[1] + 1  # queued: the core served it
+            assert server.lanes("lanes")[2] == served
             client.update_trace_settings(settings={"trace_level": ["OFF"]})
             served_on_lane(server, lambda: _grpc(server, SMALL))  # and a lane again once tracing is off
     finally:
@@ -286,14 +320,16 @@ def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
 
 
 def test_a_model_found_sending_bls_requests_is_served_by_the_core_from_then_on(server):
-    time.sleep(0.6)  # relay's lane is open (nothing has called relay yet)
-    before = queue_counts(server, "relay")
-    assert _grpc(server, SMALL, model="relay")["outputs"][0][3] == (SMALL * 2).tolist()
-    assert queue_counts(server, "relay") == (before[0] + 1, before[1] + 1)  # on its lane: its BLS request finds it out
-    time.sleep(0.6)  # and its lane is retired at the next tick
-    before = queue_counts(server, "relay")
+    # on its lane once: its BLS request finds it out
+    answer = served_on_lane(server, lambda: _grpc(server, SMALL, model="relay"), "relay")
+    assert answer["outputs"][0][3] == (SMALL * 2).tolist()
+    _no_lane_open(server, "relay")  # and its lane is retired at the next tick
+    before, served = queue_counts(server, "relay"), server.lanes("relay")[2]
     assert _grpc(server, SMALL, model="relay")["outputs"][0][3] == (SMALL * 2).tolist()
     assert queue_counts(server, "relay")[1] > before[1] + 1
+    assert server.lanes("relay")[2] == served
+    time.sleep(RECONCILE_SECONDS * 3)  # the lanes' ticks that would open it again, had it not been found out
+    assert server.lanes("relay")[0] == 0
 
 
 def test_sigterm_past_the_drain_counts_a_lanes_call_as_cut_off(tmp_path):
@@ -305,9 +341,7 @@ def test_sigterm_past_the_drain_counts_a_lanes_call_as_cut_off(tmp_path):
         served_on_lane(server, lambda: _grpc(server, SMALL))
         slow = SMALL.copy()
         slow[0, 0] = -6.0  # takes a second
-        call = threading.Thread(target=_grpc, args=(server, slow), daemon=True)
-        call.start()
-        time.sleep(0.3)  # executing on the lane
+        call = executing_on_lane(server, lambda: _grpc(server, slow))
         assert server.stop() == EXIT_CUT_OFF, server.log()
         call.join(10)
     finally:
