@@ -26,7 +26,17 @@ def test_vendored_classes_are_tritonclients_own():
 
     assert ours_config.ModelConfig is model_config_pb2.ModelConfig
     assert ours_service.ModelInferRequest is service_pb2.ModelInferRequest
-    assert isinstance(ours_config.ModelConfig(name="m"), model_config_pb2.ModelConfig)
+
+
+def test_the_classes_are_shared_whichever_is_imported_first():
+    """The server imports its copy first, a model or a test may import tritonclient's after: one class either way
+    (both register the same descriptors), so a message of one is a message of the other."""
+    probe = ("import runtime.protocol.service_pb2 as ours; from tritonclient.grpc import service_pb2 as theirs; "
+             "request = theirs.ModelInferRequest(model_name='m'); "
+             "print(ours.ModelInferRequest is theirs.ModelInferRequest, isinstance(request, ours.ModelInferRequest), "
+             "ours.ModelInferRequest.FromString(request.SerializeToString()) == request)")
+    shared = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert shared.stdout.split() == ["True", "True", "True"]
 
 
 def test_start_up_imports_leave_out_what_is_loaded_on_demand():

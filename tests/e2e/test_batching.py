@@ -315,14 +315,16 @@ def test_metrics_endpoint(batch_server):
     bucket_one = lines['serverless_triton_batch_size_bucket{model="batched_onnx",version="1",le="1"}']
     total = lines['serverless_triton_batch_size_count{model="batched_onnx",version="1"}']
     assert total > bucket_one  # some executions had batches larger than 1
-    for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):  # Triton's reasons, each its own series
-        assert lines[f'nv_inference_request_failure{{model="bounded_queue",reason="{reason}",version="1"}}'] >= 0
+    failures = [lines[f'nv_inference_request_failure{{model="bounded_queue",reason="{reason}",version="1"}}']
+                for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER")]  # Triton's reasons, each its own series
+    assert sum(failures) == _stats(batch_server, "bounded_queue")["inference_stats"]["fail"]["count"]
     assert "# TYPE nv_inference_request_failure counter" in text
     assert 0.0 <= lines["nv_cpu_utilization"] <= 1.0 and lines["nv_cpu_memory_total_bytes"] > 0
 
 
 def test_a_request_whose_client_went_away_is_never_run(batch_server, started_log):
     """One slow request holds the single instance; two more queue, their clients give up, and they never run."""
+    failed_before = _stats(batch_server, "abandoned")["inference_stats"]["fail"]["count"]
     holder = threading.Thread(target=lambda: _echo(batch_server.http_url, "abandoned", 1.0))
     holder.start()
     deadline = time.monotonic() + 30
@@ -341,7 +343,12 @@ def test_a_request_whose_client_went_away_is_never_run(batch_server, started_log
         grpc_client.infer("abandoned", [grpc_tensor], client_timeout=0.2)
     assert "Deadline" in info.value.message() or "DEADLINE" in str(info.value.status())
     holder.join(30)
-    time.sleep(1.0)  # long enough for the abandoned requests to have run, had they been kept
+    deadline = time.monotonic() + 30
+    while _stats(batch_server, "abandoned")["inference_stats"]["fail"]["count"] < failed_before + 2:
+        assert time.monotonic() < deadline, "the abandoned requests were never dropped"
+        time.sleep(0.02)
+    metrics = httpx.get(f"http://127.0.0.1:{batch_server.metrics_port}/metrics").text
+    assert 'nv_inference_request_failure{model="abandoned",reason="CANCELED",version="1"} 2' in metrics
     assert started_log.read_text() == "x"
     assert _stats(batch_server, "abandoned")["execution_count"] == 1
 

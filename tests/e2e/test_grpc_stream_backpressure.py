@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -40,6 +41,19 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+def _until_steady(count: Callable[[], int], steady: float = 1.0, timeout: float = 60.0) -> int:
+    """``count()`` once it has not moved for ``steady`` seconds (the client is held back); AssertionError when it
+    still moves after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last, since = count(), time.monotonic()
+    while time.monotonic() - since < steady:
+        assert time.monotonic() < deadline, "the client was never held back"
+        time.sleep(0.05)
+        if (now := count()) != last:
+            last, since = now, time.monotonic()
+    return last
+
+
 @pytest.mark.parametrize(("bound", "most"), [("stream_max_in_flight: 8", 200), ("stream_max_bytes: 16777216", 100)],
                          ids=["requests", "bytes"])
 def test_a_stream_that_is_never_read_stops_being_read(tmp_path, bound, most):
@@ -66,8 +80,7 @@ def test_a_stream_that_is_never_read_stops_being_read(tmp_path, bound, most):
                 yield request
 
         responses = stub.ModelStreamInfer(requests())
-        time.sleep(4.0)  # the client writes as fast as the server lets it, and reads nothing
-        held = sent
+        held = _until_steady(lambda: sent)  # the client writes as fast as the server lets it, and reads nothing
         growth = rss_bytes(process.process.pid) - before
         assert held < 120, held  # flow control held the client back: far from all 300 went out
         assert growth < most << 20, growth >> 20  # was ~500 MB for 300 x 1 MiB with no bound at all

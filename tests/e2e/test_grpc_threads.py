@@ -74,14 +74,24 @@ def _infer(url: str, seconds: float, request_id: str = "", timeout: float | None
         client.close()
 
 
-def test_probes_answer_while_inference_runs(server):
+def _wait_started(repository: Path, request_id: str, timeout: float = 30.0) -> None:
+    """Until the slow model has begun executing the request ``request_id``."""
+    marker = repository / "slow" / "started"
+    deadline = time.monotonic() + timeout
+    while not (marker.exists() and request_id in marker.read_text().split()):
+        assert time.monotonic() < deadline, f"the model never began {request_id}"
+        time.sleep(0.01)
+
+
+def test_probes_answer_while_inference_runs(server, repository):
     """Health, readiness and metadata do not wait behind running inference (on the thread-pool server with
     ``--grpc-infer-threads 1``: one ModelInfer runs and the next waits for it)."""
     finished: queue.Queue = queue.Queue()
-    calls = [threading.Thread(target=lambda: finished.put(("slow", _infer(server.grpc_url, 1.5)))),
+    slow_id = f"probes-{server.grpc_port}"
+    calls = [threading.Thread(target=lambda: finished.put(("slow", _infer(server.grpc_url, 1.5, slow_id)))),
              threading.Thread(target=lambda: finished.put(("quick", _infer(server.grpc_url, 0.0))))]
     calls[0].start()
-    time.sleep(0.3)
+    _wait_started(repository, slow_id)  # the slow call executes: the quick one comes behind it
     calls[1].start()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
