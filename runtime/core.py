@@ -301,7 +301,7 @@ class InferenceService:
             result = await self._run(model, request, batch_size)
             response = build_response(model, request, result)
             write_outputs(self.shared_memory, request, response)
-            if trace is not None:
+            if trace is not None and trace.parent is None:  # an ensemble's step sends no response of its own
                 trace.event("INFER_RESPONSE_COMPLETE")
             return response
         finally:
@@ -328,7 +328,7 @@ class InferenceService:
                                                lambda: self._run(model, request, batch_size)):
                 if item.response is not None:
                     write_outputs(self.shared_memory, request, item.response)
-                    if trace is not None:
+                    if trace is not None and trace.parent is None:
                         trace.event("INFER_RESPONSE_COMPLETE")
                     if decoupled:  # time to first response, then between responses (an LLM's tokens)
                         now = time.perf_counter()

@@ -128,6 +128,8 @@ class EnsembleScheduler:
         """Run one request: its outputs (or the error of the step that failed) for a request answered once;
         for a decoupled ensemble the responses go to the request's stream and the result is empty."""
         started = time.perf_counter_ns()
+        if request.trace is not None:  # as Triton's ensemble scheduler, which queues the request it is given
+            request.trace.event("QUEUE_START", started)
         tensors: Tensors = {t.name: (t.datatype, t.data) for t in request.inputs}
         answers: list[ModelOutputs] = []
         stream = request.stream

@@ -88,6 +88,9 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
                      "text followed by ': <reason>'"),
     "input order": ("Triton checks a request's inputs in its hash map's order; we check them in reverse request "
                     "order, which is that order for the few inputs a request has"),
+    "trace front-end events": ("Triton's trace file also holds the front end's timestamps on a request's top-level "
+                               "trace (HTTP_RECV_START/END, HTTP_SEND_START/END, GRPC_WAITREAD_START/END, "
+                               "GRPC_SEND_START/END); ours holds the core's, REQUEST_START to REQUEST_END"),
 }
 
 

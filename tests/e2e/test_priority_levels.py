@@ -1,12 +1,15 @@
-"""Dynamic batching's priority levels as Triton 2.51 serves them (the order below was observed on it): level 1 is
-taken first and each level is first in, first out; priority 0 or past the last level means the default level; a
-level's own queue policy bounds it (503 past its max_queue_size)."""
+"""Dynamic batching's priority levels as Triton 2.51 serves them (the order below was observed on it, and the
+conformance suite sees it again on every run: tests/conformance/test_recorded.py): level 1 is taken first and each
+level is first in, first out; priority 0 or past the last level means the default level; a level's own queue policy
+bounds it (503 past its max_queue_size)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -28,9 +31,11 @@ dynamic_batching {
   priority_queue_policy { key: 1 value: { max_queue_size: 2 } }
 }
 """
-# Answers with how many requests it executed before this one; a negative input holds the instance for a second.
+# Answers with how many requests it executed before this one; a negative input holds the instance for a second
+# (the file "holding" in the model's folder says it has begun).
 MODEL = """
 import itertools
+import os
 import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -39,11 +44,13 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         self.counter = itertools.count()
+        self.holding = os.path.join(args["model_repository"], "holding")
 
     def execute(self, requests):
         responses = []
         for request in requests:
             if pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0, 0] < 0:
+                open(self.holding, "w").close()
                 time.sleep(1.0)
             out = np.array([[next(self.counter)]], dtype=np.float32)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
@@ -63,9 +70,16 @@ def server(tmp_path_factory):
         yield process
 
 
-@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
-def test_priority_levels_order_requests_as_triton(server, module):
-    url = server.http_url if module is httpclient else server.grpc_url
+def pending(metrics_url: str, model: str = "prio") -> int:
+    """The model's requests queued now (``nv_inference_pending_request_count``, which Triton reports too)."""
+    text = httpx.get(f"http://{metrics_url}/metrics", timeout=10).text
+    line = f'nv_inference_pending_request_count{{model="{model}",version="1"}} '
+    return int(float(text.split(line, 1)[1].split()[0])) if line in text else 0
+
+
+def priority_run(module, url: str, metrics_url: str, holding: Path) -> dict[str, int | str]:
+    """The requests of ``SENT`` while a first one holds the model's only instance, each sent once the one before is
+    queued: name -> how many ran before it, or the error's words."""
     answers: dict[str, int | str] = {}
 
     def send(name: str, value: float, priority: int) -> None:
@@ -77,16 +91,36 @@ def test_priority_levels_order_requests_as_triton(server, module):
         except InferenceServerException as exc:
             answers[name] = exc.message()
 
+    holding.unlink(missing_ok=True)
     first = threading.Thread(target=send, args=("blocker", -1.0, 0))
     first.start()
-    time.sleep(0.3)
-    threads = []
+    _until(holding.exists, "the first request never began")
+    threads, queued = [], 0
     for name, priority in SENT:
         threads.append(threading.Thread(target=send, args=(name, 0.0, priority)))
         threads[-1].start()
-        time.sleep(0.05)
+        if name == "p1c":  # refused at once: level 1 holds 2
+            threads[-1].join(10)
+        else:
+            queued += 1
+            _until(lambda: pending(metrics_url) >= queued, f"{name} was never queued")  # noqa: B023
     for thread in [first, *threads]:
-        thread.join()
+        thread.join(30)
+    return answers
+
+
+def _until(condition, why: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, why
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_priority_levels_order_requests_as_triton(server, module):
+    url = server.http_url if module is httpclient else server.grpc_url
+    answers = priority_run(module, url, f"127.0.0.1:{server.metrics_port}",
+                           Path(str(server.repository)) / "prio" / "holding")
     assert "Exceeds maximum queue size" in str(answers.pop("p1c"))
     ran = sorted(answers, key=answers.__getitem__)
     assert ran == sorted(TRITON_ORDER, key=TRITON_ORDER.__getitem__)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -85,9 +86,8 @@ def _infer(url: str, model: str, headers: dict | None = None) -> None:
     assert answer.status_code == 200, answer.text
 
 
-@pytest.fixture
-def repository(tmp_path):
-    root = tmp_path / "models"
+def build_trace_repository(root: Path) -> Path:
+    """add_sub, and the ensemble pipeline (batched, then double)."""
     write_model(root, "add_sub", ADD_SUB_CONFIG.format(name="add_sub", max_batch=0, dtype="TYPE_FP32", extra=""),
                 {"1/model.py": ADD_SUB})
     write_model(root, "batched", ADD_SUB_CONFIG.format(name="batched", max_batch=8, dtype="TYPE_FP32", extra=""),
@@ -100,25 +100,64 @@ def repository(tmp_path):
     return root
 
 
-def test_trace_file_records_each_request_and_links_ensemble_steps(repository, tmp_path):
-    trace_file = tmp_path / "trace.json"
-    with ServerProcess(repository, "--trace-config", f"triton,file={trace_file}", "--trace-config",
-                       "level=TIMESTAMPS", "--trace-config", "rate=1") as server:
-        _infer(f"127.0.0.1:{server.http_port}", "add_sub")
-        _infer(f"127.0.0.1:{server.http_port}", "pipeline")
-        client = grpcclient.InferenceServerClient(server.grpc_url)
-        inputs = [grpcclient.InferInput(name, [4], "FP32") for name in ("INPUT0", "INPUT1")]
-        for tensor in inputs:
-            tensor.set_data_from_numpy(np.asarray(A, np.float32))
-        client.infer("add_sub", inputs, request_id="over-grpc")
-    records = json.loads(trace_file.read_text())  # written out at shutdown (log_frequency 0)
+@pytest.fixture
+def repository(tmp_path):
+    return build_trace_repository(tmp_path / "models")
+
+
+TRACE_FLAGS = ("level=TIMESTAMPS", "rate=1")  # with "triton,file=<path>", each after --trace-config
+
+
+def send_traced_requests(http_url: str, grpc_url: str) -> None:
+    """add_sub and pipeline over HTTP (request id req-1), add_sub over gRPC (over-grpc)."""
+    _infer(http_url, "add_sub")
+    _infer(http_url, "pipeline")
+    client = grpcclient.InferenceServerClient(grpc_url)
+    inputs = [grpcclient.InferInput(name, [4], "FP32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.asarray(A, np.float32))
+    client.infer("add_sub", inputs, request_id="over-grpc")
+    client.close()
+
+
+def read_traces(trace_file: Path) -> dict[int, dict]:
+    """A trace file's records by trace id: each trace's fields, and its timestamps as ``events`` (name, ns)."""
     traces: dict[int, dict] = {}
-    for record in records:
+    for record in json.loads(trace_file.read_text()):
         trace = traces.setdefault(record["id"], {"events": []})
         if "timestamps" in record:
             trace["events"] += [(t["name"], t["ns"]) for t in record["timestamps"]]
         else:
             trace.update(record)
+    return traces
+
+
+# The front end's timestamps Triton adds to a request's top-level trace, which ours does not record (README, "Where
+# we differ from Triton": trace front-end events)
+FRONT_END_EVENTS = frozenset({"HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END",
+                              "GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"})
+
+
+def trace_shape(traces: dict[int, dict]) -> list[dict]:
+    """What two servers' trace files of the same requests must share: each trace's fields, its events (by name:
+    the order Triton writes them in is the order its threads record them, not their times'; the front end's left
+    out), and its parent's model (ids and times differ)."""
+    shape = []
+    for trace in traces.values():
+        parent = traces.get(trace.get("parent_id", -1))
+        shape.append({"fields": sorted(key for key in trace if key != "events"), "model": trace.get("model_name"),
+                      "version": trace.get("model_version"), "request_id": trace.get("request_id"),
+                      "events": sorted(name for name, _ in trace["events"] if name not in FRONT_END_EVENTS),
+                      "parent": parent.get("model_name") if parent else None})
+    return sorted(shape, key=lambda entry: json.dumps(entry, sort_keys=True))
+
+
+def test_trace_file_records_each_request_and_links_ensemble_steps(repository, tmp_path):
+    trace_file = tmp_path / "trace.json"
+    flags = [part for flag in (f"triton,file={trace_file}", *TRACE_FLAGS) for part in ("--trace-config", flag)]
+    with ServerProcess(repository, *flags) as server:
+        send_traced_requests(server.http_url, server.grpc_url)
+    traces = read_traces(trace_file)  # written out at shutdown (log_frequency 0)
     by_model = {}
     for trace in traces.values():
         by_model.setdefault(trace["model_name"], []).append(trace)
