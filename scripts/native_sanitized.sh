@@ -22,7 +22,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export REQUIRE_NATIVE_GRPC_EDGE=1
 status=0
 LD_PRELOAD="$asan:$ubsan" "$python" -m pytest -p no:cacheprovider -q \
-  tests/test_grpc_native.py tests/test_grpc_native_codec.py tests/e2e/test_native_lanes.py tests/e2e/test_http_lanes.py \
+  tests/test_grpc_native.py tests/test_grpc_native_codec.py tests/test_native_pickle.py tests/e2e/test_native_lanes.py tests/e2e/test_http_lanes.py \
   tests/e2e/test_lanes_refuse_as_the_core.py tests/e2e/test_grpc_compression.py tests/e2e/test_grpc_threads.py \
   "$@" || status=$?
 # A server that a sanitizer stopped wrote its report to its log: fail on any, whatever the tests said.

@@ -271,6 +271,45 @@ py::list Take(Edge& edge, const py::object& into) {
   return out;
 }
 
+// A value the lane's pickle reader read, as Python's pickle would give it (a mark, which is no value, as Ellipsis).
+py::object PickledValue(const native_pickle::Value& value) {
+  using native_pickle::Value;
+  switch (value.kind) {
+    case Value::kNone:
+      return py::none();
+    case Value::kBool:
+      return py::bool_(value.number != 0);
+    case Value::kInt:
+      return py::int_(value.number);
+    case Value::kFloat:
+      return py::float_(value.real);
+    case Value::kStr:
+      return py::str(value.text.data(), value.text.size());
+    case Value::kBytes:
+      return py::bytes(value.text.data(), value.text.size());
+    case Value::kTuple: {
+      py::tuple items(value.items.size());
+      for (size_t i = 0; i < value.items.size(); ++i) items[i] = PickledValue(*value.items[i]);
+      return std::move(items);
+    }
+    case Value::kList: {
+      py::list items;
+      for (const auto& item : value.items) items.append(PickledValue(*item));
+      return std::move(items);
+    }
+    case Value::kDict: {
+      py::dict items;
+      for (size_t i = 0; i + 1 < value.items.size(); i += 2) {
+        items[PickledValue(*value.items[i])] = PickledValue(*value.items[i + 1]);
+      }
+      return std::move(items);
+    }
+    case Value::kMark:
+      return py::ellipsis();
+  }
+  return py::none();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native_edge, module) {
@@ -295,6 +334,16 @@ PYBIND11_MODULE(_native_edge, module) {
         return native_received::ToBytes(buffer);
       },
       "The bytes a ModelInferResponse's tuple form is sent as (what finish writes for it).");
+  module.def(
+      "read_pickled",
+      [](const py::bytes& message) -> py::object {
+        std::string_view data = message;
+        native_pickle::ValuePtr value = native_pickle::Read(data);
+        if (value == nullptr) return py::make_tuple(false, py::none());
+        return py::make_tuple(true, PickledValue(*value));
+      },
+      "(read, value): what the lane's reader of the worker's answers (native_pickle.h) makes of a pickled message, "
+      "for the tests that hold it to Python's pickle.");
   module.def(
       "plain_form",
       [](const py::bytes& message, uint32_t field) {

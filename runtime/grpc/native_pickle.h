@@ -1,6 +1,8 @@
 // The part of pickle's format (protocol 5, as Python's C pickler writes it) that the Python worker's messages use:
 // tuples, lists and dicts of None, booleans, ints, floats, str and bytes. The native lane (native_lane.h) writes a
-// batch's message in it and reads the worker's answer without the interpreter; anything else it cannot read.
+// batch's message in it and reads the worker's answer without the interpreter; anything else it cannot read. What
+// it reads, Python's pickle reads the same (tests/test_native_pickle.py: round trips, truncations, byte edits); a
+// str must be UTF-8 without surrogates (pickle's own allow them: such a message is refused here).
 #ifndef RUNTIME_GRPC_NATIVE_PICKLE_H_
 #define RUNTIME_GRPC_NATIVE_PICKLE_H_
 
@@ -12,6 +14,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "native_wire.h"
 
 namespace native_pickle {
 
@@ -140,10 +144,20 @@ inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made) {
   };
   auto text = [&](Value::Kind kind, size_t size) -> ValuePtr {
     if (!need(size)) return nullptr;
+    std::string_view found = data.substr(pos, size);
+    if (kind == Value::kStr && !native_wire::IsUtf8(found)) return nullptr;
     auto value = make(kind);
-    value->text = data.substr(pos, size);
+    value->text = found;
     pos += size;
     return value;
+  };
+  // Whether any of the top ``n`` items is a mark: pickle keeps marks apart from values, so an opcode that takes
+  // values finds none there (Python's reader fails on it; so does this one).
+  auto marks_in_top = [&](size_t n) {
+    for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+      if (stack[i]->kind == Value::kMark) return true;
+    }
+    return false;
   };
   // The items above the topmost mark, taken off the stack with it; false when there is no mark.
   auto since_mark = [&](std::vector<ValuePtr>* items) {
@@ -160,16 +174,18 @@ inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made) {
     char op = data[pos++];
     ValuePtr pushed;
     switch (op) {
-      case '\x80':  // PROTO
-        if (!need(1)) return nullptr;
+      case '\x80':  // PROTO: one Python knows (5 at most, as its reader checks)
+        if (!need(1) || static_cast<uint8_t>(data[pos]) > 5) return nullptr;
         ++pos;
         continue;
-      case '\x95':  // FRAME
+      case '\x95': {  // FRAME: the bytes it announces must be there (as Python's reader checks)
         if (!need(8)) return nullptr;
-        pos += 8;
+        uint64_t frame = little(8);
+        if (!need(frame)) return nullptr;
         continue;
+      }
       case '.':  // STOP
-        return stack.size() == 1 ? stack[0] : nullptr;
+        return stack.size() == 1 && stack[0]->kind != Value::kMark ? stack[0] : nullptr;
       case 'N':
         pushed = make(Value::kNone);
         break;
@@ -243,7 +259,7 @@ inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made) {
       case '\x86':
       case '\x87': {  // TUPLE1-3
         size_t n = static_cast<size_t>(op - '\x85' + 1);
-        if (stack.size() < n) return nullptr;
+        if (stack.size() < n || marks_in_top(n)) return nullptr;
         pushed = make(Value::kTuple);
         pushed->items.assign(stack.end() - static_cast<long>(n), stack.end());
         stack.resize(stack.size() - n);
@@ -258,7 +274,7 @@ inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made) {
         if (!since_mark(&pushed->items)) return nullptr;
         break;
       case 'a':  // APPEND
-        if (stack.size() < 2 || stack[stack.size() - 2]->kind != Value::kList) return nullptr;
+        if (stack.size() < 2 || stack[stack.size() - 2]->kind != Value::kList || marks_in_top(1)) return nullptr;
         stack[stack.size() - 2]->items.push_back(stack.back());
         stack.pop_back();
         continue;
@@ -273,13 +289,13 @@ inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made) {
         continue;
       }
       case 's':  // SETITEM
-        if (stack.size() < 3 || stack[stack.size() - 3]->kind != Value::kDict) return nullptr;
+        if (stack.size() < 3 || stack[stack.size() - 3]->kind != Value::kDict || marks_in_top(2)) return nullptr;
         stack[stack.size() - 3]->items.push_back(stack[stack.size() - 2]);
         stack[stack.size() - 3]->items.push_back(stack.back());
         stack.resize(stack.size() - 2);
         continue;
       case '\x94':  // MEMOIZE
-        if (stack.empty()) return nullptr;
+        if (stack.empty() || marks_in_top(1)) return nullptr;
         memo.push_back(stack.back());
         continue;
       case 'h':  // BINGET
