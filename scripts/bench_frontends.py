@@ -8,6 +8,11 @@ the Python model's worker) and the client's; the scaling ratio is against the on
 same run, with the issue's target of 0.7·k. The process owning the models handles every request once, so
 1 / (its CPU per request) bounds the rate any number of front ends reaches: printed as the ceiling.
 
+Every call is counted: h2load counts an HTTP 200 as a success, and a gRPC error arrives inside one (its status in
+the trailers, which h2load does not read), so the good answers are the model's successful inferences in the
+server's statistics over the run; any request short of them is a bad call, the row is marked FAILED and the script
+exits 1.
+
     .venv/bin/python -m scripts.bench_frontends [--cores 4] [--requests 40000] [--protocol grpc|http]
 """
 
@@ -25,6 +30,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import psutil
 
@@ -125,21 +131,31 @@ def h2load(protocol: str, port: int, files: dict, client_cpus: list[int], reques
     return requests / elapsed, client / requests * 1e6, status
 
 
+def successful_inferences(http_port: int, model: str = "add_sub_batch") -> int:
+    """The requests ``model`` has answered successfully, from the server's statistics (a gRPC call that h2load
+    counts as done whatever its grpc-status is counted here only if it succeeded)."""
+    stats = httpx.get(f"http://127.0.0.1:{http_port}/v2/models/{model}/stats", timeout=30).json()["model_stats"][0]
+    return int(stats["inference_stats"]["success"]["count"])
+
+
 def measure(repository: Path, files: dict, protocol: str, cpus: list[int], client_cpus: list[int], frontends: int,
             requests: int, workdir: Path) -> dict:
     process, http, grpc = start(repository, cpus, frontends, workdir / f"server-{len(cpus)}-{frontends}.log")
     try:
         port = grpc if protocol == "grpc" else http
         h2load(protocol, port, files, client_cpus, min(5000, requests))  # warm-up
+        succeeded = successful_inferences(http)
         before = cpu_by_role(process.pid)
         rate, client_us, status = h2load(protocol, port, files, client_cpus, requests)
         after = cpu_by_role(process.pid)
+        good = successful_inferences(http) - succeeded
     finally:
         process.terminate()
         process.wait(60)
-    us = {role: (after[role] - before[role]) / requests * 1e6 for role in after}
-    return {"cores": len(cpus), "frontends": frontends, "rate": rate, "cpu_us": us, "client_us": client_us,
-            "status": status, "client_shares": bool(set(client_cpus) & set(cpus))}
+    us = {role: (after[role] - before[role]) / max(good, 1) * 1e6 for role in after}
+    return {"cores": len(cpus), "frontends": frontends, "rate": rate * good / requests, "cpu_us": us,
+            "client_us": client_us, "status": status, "bad_calls": requests - good,
+            "client_shares": bool(set(client_cpus) & set(cpus))}
 
 
 def scaling(max_cores: int = 4, requests: int = 40000, protocol: str = "grpc") -> list[dict]:
@@ -179,8 +195,9 @@ def print_scaling(rows: list[dict], requests: int) -> None:
         label += " *" if row["client_shares"] else ""
         target = f"{row['target']:.1f}x" if row["target"] else ""
         ceiling = f"{row['ceiling']:7.0f}" if row["ceiling"] else "       "
+        failed = f"  FAILED: {row['bad_calls']} bad calls ({row['status']})" if row["bad_calls"] else ""
         print(f"{label:32} {row['rate']:7.0f} {row['scaling']:7.2f}x {target:>7}  {us['owner']:21.0f} "
-              f"{us['frontends']:10.0f} {us['workers']:7.0f} {row['client_us']:6.0f}   {ceiling}")
+              f"{us['frontends']:10.0f} {us['workers']:7.0f} {row['client_us']:6.0f}   {ceiling}{failed}")
     print("* the client (h2load) shares the server's cores: its CPU per request is in the client column; ceiling: "
           "1 / the owner's CPU per request, the most any number of front ends reaches")
 
@@ -201,7 +218,7 @@ def main() -> int:
     rows = scaling(args.cores, args.requests, args.protocol)
     print_scaling(rows, args.requests)
     print(json.dumps(rows))
-    return 0
+    return 1 if any(row["bad_calls"] for row in rows) else 0
 
 
 if __name__ == "__main__":
