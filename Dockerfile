@@ -8,14 +8,15 @@
 # shared-memory extension must share /dev/shm with the server (docker run --ipc=host, or a shared emptyDir).
 ARG FLAVOR=cpu
 
-# -- bases: Python for CPU hosts; CUDA + cuDNN runtime for GPU hosts; each with libgrpc++ for the native gRPC edge --
+# -- bases: Python for CPU hosts; CUDA + cuDNN runtime for GPU hosts; each with libgrpc++ for the native gRPC edge
+# and HAProxy, which carries the one port ($PORT: REST and gRPC) to the two listeners (runtime/listen/port_proxy.py) --
 FROM python:3.11-slim-bookworm AS base-cpu
-RUN apt-get update && apt-get install -y --no-install-recommends 'libgrpc++1.51' \
+RUN apt-get update && apt-get install -y --no-install-recommends 'libgrpc++1.51' haproxy \
     && rm -rf /var/lib/apt/lists/*
 ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 FROM nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04 AS base-gpu
-RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv 'libgrpc++1.51t64' \
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv 'libgrpc++1.51t64' haproxy \
     && rm -rf /var/lib/apt/lists/*
 ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 \
     NVIDIA_VISIBLE_DEVICES=all \

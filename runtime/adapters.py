@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import socket
+import tempfile
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.api import InferenceApi
@@ -17,10 +21,11 @@ from runtime.direct_path import DirectLanes
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
-from runtime.http.server import HttpLimits, HttpServer
+from runtime.http.server import HttpLimits, HttpServer, check_bindable
 from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
+    from runtime.listen.port_proxy import PortProxy
     from runtime.listen.single_port import SinglePortServer
 
 logger = logging.getLogger(__name__)
@@ -48,6 +53,16 @@ class AdapterSettings:
         return TokenAuth(self.auth_token) if self.auth_token else None
 
 
+def _listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host.strip("[]"), port))
+    listener.listen(backlog)
+    return listener
+
+
 def reuse_port_listener(host: str, port: int, backlog: int) -> socket.socket:
     """A listening socket in ``host:port``'s SO_REUSEPORT group (the owner holds the port in that group)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -68,29 +83,74 @@ class ProtocolAdapters:
         self.reuse_port = reuse_port
         self.http: HttpServer | SinglePortServer | None = None
         self.grpc: Any = None  # ThreadedGrpcServer or grpc.aio.Server (grpc is imported only when gRPC is served)
+        self.proxy: PortProxy | None = None  # HAProxy on the one port, in front of the two listeners
+        self._private: Path | None = None  # the folder of the gRPC listener's unix socket, behind the proxy
 
     async def start(self) -> None:
         """Listen on every port; OSError (a port taken) leaves what started for :meth:`stop`."""
         settings, auth = self.settings, self.settings.auth()
         if settings.single_port and settings.http_port is not None:
+            if not self.reuse_port and await self._start_proxied_port(auth):
+                return
             await self._start_single_port(auth)
             return
         lanes = None
         if settings.grpc_port is not None:
-            from runtime.grpc.server import create_grpc_server, direct_lanes  # grpc loads only when gRPC is served
-
-            address = f"{settings.host}:{settings.grpc_port}"
-            self.grpc = create_grpc_server(self.service, address, settings.grpc_max_message_bytes, auth,
-                                           settings.grpc_limits, reuse_port=self.reuse_port,
-                                           restrictions=settings.grpc_restrictions)
-            await self.grpc.start()
-            lanes = direct_lanes(self.grpc)  # the HTTP route's lone requests take them too
-            logger.info("gRPC endpoint on %s", address)
+            lanes = await self._start_grpc(f"{settings.host}:{settings.grpc_port}", auth, self.reuse_port)
         if settings.http_port is not None:
             self.http = HttpServer(self._rest_app(auth, lanes), settings.host, settings.http_port, settings.http_limits,
                                    listening_fd=self._listening_fd())
             await self.http.start()
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", settings.host, settings.http_port)
+
+    async def _start_grpc(self, address: str, auth: TokenAuth | None, reuse_port: bool) -> DirectLanes | None:
+        """The gRPC server on ``address``, started; the lanes the HTTP route's lone requests take too."""
+        from runtime.grpc.server import create_grpc_server, direct_lanes  # grpc loads only when gRPC is served
+
+        settings = self.settings
+        self.grpc = create_grpc_server(self.service, address, settings.grpc_max_message_bytes, auth,
+                                       settings.grpc_limits, reuse_port=reuse_port,
+                                       restrictions=settings.grpc_restrictions)
+        await self.grpc.start()
+        logger.info("gRPC endpoint on %s", address)
+        return direct_lanes(self.grpc)
+
+    async def _start_proxied_port(self, auth: TokenAuth | None) -> bool:
+        """The one port as HAProxy in front of the two-port mode's listeners on private addresses
+        (``runtime/listen/port_proxy.py``); False, with nothing left started, where HAProxy is not installed or
+        does not start (the caller then serves the port with hypercorn)."""
+        from runtime.listen.port_proxy import PortProxy, haproxy_executable
+
+        settings = self.settings
+        executable = haproxy_executable()
+        if executable is None:
+            logger.warning("haproxy is not installed: the one port is served by hypercorn, at about a third of the "
+                           "two ports' speed under load (scripts/setup.sh and the container image install haproxy)")
+            return False
+        assert settings.http_port is not None
+        check_bindable(f"{settings.host}:{settings.http_port}")
+        port = _listening_socket(settings.host, settings.http_port, settings.http_limits.backlog)
+        private = Path(tempfile.mkdtemp(prefix="serverless-triton-private-"))
+        self._private = private
+        grpc_socket = private / "grpc.sock"
+        lanes = await self._start_grpc(f"unix:{grpc_socket}", auth, False)
+        rest = _listening_socket("127.0.0.1", 0, settings.http_limits.backlog)
+        rest_port = rest.getsockname()[1]
+        self.http = HttpServer(self._rest_app(auth, lanes), "127.0.0.1", rest_port, settings.http_limits,
+                               listening_fd=rest.detach())
+        await self.http.start()
+        self.proxy = PortProxy(executable, port.detach(), grpc_socket, f"127.0.0.1:{rest_port}",
+                               settings.http_limits)
+        try:
+            await self.proxy.start()
+        except (RuntimeError, OSError) as exc:
+            logger.warning("%s: the one port is served by hypercorn instead", exc)
+            await asyncio.gather(*self._stops_behind_proxy(0.0))
+            self.proxy = self.http = self.grpc = None
+            return False
+        logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c), gRPC on the same port (haproxy)", settings.host,
+                    settings.http_port)
+        return True
 
     def _rest_app(self, auth: TokenAuth | None, lanes: DirectLanes | None = None) -> Any:
         settings = self.settings
@@ -121,12 +181,32 @@ class ProtocolAdapters:
 
     @property
     def tasks(self) -> list[asyncio.Task]:
-        """What ends if a listener stops on its own (the HTTP server's task)."""
-        return [self.http.task] if self.http is not None and self.http.task is not None else []
+        """What ends if a listener stops on its own (the HTTP server's task, HAProxy's watch)."""
+        tasks = [self.http.task] if self.http is not None and self.http.task is not None else []
+        if self.proxy is not None and self.proxy.task is not None:
+            tasks.append(self.proxy.task)
+        return tasks
 
     def stops(self, timeout: float) -> list:
         """Awaitables that stop each adapter, draining its requests for at most ``timeout`` seconds."""
+        if self.proxy is not None:
+            return [self._stop_proxied_port(timeout)]
+        return self._stops_behind_proxy(timeout)
+
+    def _stops_behind_proxy(self, timeout: float) -> list:
         stops = [self.http.stop(timeout)] if self.http is not None else []
         if self.grpc is not None:
             stops.append(self.grpc.stop(timeout))
         return stops
+
+    async def _stop_proxied_port(self, timeout: float) -> bool:
+        """HAProxy first (no new connections; the requests under way finish through it), then the listeners behind
+        it with what is left of ``timeout``; False if something was cut off."""
+        assert self.proxy is not None
+        started = time.monotonic()
+        clean = await self.proxy.stop(timeout)
+        left = max(0.0, timeout - (time.monotonic() - started))
+        results = await asyncio.gather(*self._stops_behind_proxy(left), return_exceptions=True)
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+        return clean and not any(result is False for result in results)

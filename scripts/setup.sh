@@ -23,6 +23,13 @@ if ! pkg-config --exists grpc++ 2>/dev/null && command -v apt-get >/dev/null && 
     || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${packages[@]}" >/dev/null; } \
     || echo "warning: libgrpc++-dev could not be installed: gRPC will be served by grpcio" >&2
 fi
+# HAProxy carries the one port (--single-port: REST and gRPC on $PORT) to the two listeners at their speed
+# (runtime/listen/port_proxy.py); without it the server serves that port with hypercorn, slower, and says so.
+if ! command -v haproxy >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  apt-get install -y -q --no-install-recommends haproxy >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends haproxy >/dev/null; } \
+    || echo "warning: haproxy could not be installed: the one port will be served by hypercorn" >&2
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

@@ -5,17 +5,22 @@ queue-proxy may; the token on both; $PORT turning it on; front-end processes; th
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import queue
+import shutil
 import signal
 import socket
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 import httpx
 import numpy as np
 import pytest
@@ -59,9 +64,20 @@ def repository(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
-def server(repository):
-    with ServerProcess(repository, "--single-port", "true", "--auth-token", "secret") as process:
+def without_haproxy() -> dict[str, str]:
+    """An environment whose PATH finds no haproxy: the one port falls back to hypercorn."""
+    folders = os.environ.get("PATH", "").split(os.pathsep)
+    return {"PATH": os.pathsep.join(f for f in folders if not (Path(f) / "haproxy").exists())}
+
+
+@pytest.fixture(scope="module", params=["haproxy", "hypercorn"])
+def server(repository, request):
+    if request.param == "haproxy" and not shutil.which("haproxy"):
+        pytest.skip("haproxy is not installed (scripts/setup.sh installs it)")
+    env = without_haproxy() if request.param == "hypercorn" else None
+    with ServerProcess(repository, "--single-port", "true", "--auth-token", "secret", env=env) as process:
+        carrier = "(haproxy)" if request.param == "haproxy" else "gRPC on the same port"
+        assert carrier in process.log() and ("haproxy is not installed" in process.log()) == (env is not None)
         yield process
 
 
@@ -152,6 +168,16 @@ def test_thousands_of_grpc_calls_at_c32_on_one_connection_all_succeed(server):
     assert failed == [], f"{len(failed)} of {calls} failed: {failed[:3]}"
 
 
+def test_an_http1_answer_carries_its_reason_phrase(server):
+    """As Triton's and granian's do (h2load's HTTP/1.1 client counts an answer without one as failed); hypercorn,
+    the fallback, sends none."""
+    host, port = server.http_url.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        status_line = sock.recv(4096).split(b"\r\n", 1)[0]
+    assert status_line == (b"HTTP/1.1 200 OK" if "(haproxy)" in server.log() else b"HTTP/1.1 200 ")
+
+
 def test_the_token_guards_both_protocols(server):
     with pytest.raises(InferenceServerException, match="UNAUTHENTICATED"):
         grpcclient.InferenceServerClient(server.http_url).is_server_ready()
@@ -200,6 +226,78 @@ def test_one_h2c_connection_carries_rest_and_grpc_side_by_side(server):
     assert b'"name":"simple"' in bodies[rest]
     assert (b"grpc-status", b"0") in headers[grpc_call]
     assert service_pb2.ModelReadyResponse.FromString(bodies[grpc_call][5:]).ready
+
+
+def _infer_stream(connection: h2.connection.H2Connection, authority: str, kind: str, value: int) -> int:
+    """A gRPC ModelInfer (``kind`` "grpc") or a REST infer of ``simple`` (INPUT0 = INPUT1 = ``value``) opened on
+    ``connection``: its stream id."""
+    stream = connection.get_next_available_stream_id()
+    if kind == "grpc":
+        message = service_pb2.ModelInferRequest(model_name="simple")
+        for name in ("INPUT0", "INPUT1"):
+            message.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+            message.raw_input_contents.append(np.full(16, value, np.int32).tobytes())
+        connection.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":authority", authority),
+                                         (":path", "/inference.GRPCInferenceService/ModelInfer"),
+                                         ("content-type", "application/grpc"), ("te", "trailers"), *AUTH.items()])
+        connection.send_data(stream, _grpc_frame(message), end_stream=True)
+        return stream
+    body = json.dumps({"inputs": [{"name": name, "datatype": "INT32", "shape": [1, 16], "data": [value] * 16}
+                                  for name in ("INPUT0", "INPUT1")]}).encode()
+    connection.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":authority", authority),
+                                     (":path", "/v2/models/simple/infer"), ("content-type", "application/json"),
+                                     ("content-length", str(len(body))), *AUTH.items()])
+    connection.send_data(stream, body, end_stream=True)
+    return stream
+
+
+def test_one_h2c_connection_carries_64_grpc_calls_and_64_rest_requests_at_once_for_10_seconds(server):
+    """As Knative's queue-proxy pools them: one connection, 128 streams open at once, each answered as it ends by
+    another of its kind; every answer correct, none failed."""
+    host, port = server.http_url.split(":")
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    connection.initiate_connection()
+    connection.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
+    answered = {"grpc": 0, "rest": 0}
+    open_streams: dict[int, tuple[str, int]] = {}  # stream -> (kind, value sent)
+    headers: dict[int, list] = {}
+    bodies: dict[int, bytearray] = {}
+    deadline = time.monotonic() + 10
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for value in range(64):
+            for kind in ("grpc", "rest"):
+                open_streams[_infer_stream(connection, server.http_url, kind, value)] = (kind, value)
+        sock.sendall(connection.data_to_send())
+        next_value = 64
+        while open_streams:
+            data = sock.recv(1 << 16)
+            assert data, "the server closed the connection"
+            for event in connection.receive_data(data):
+                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                    headers.setdefault(event.stream_id, []).extend(event.headers)
+                elif isinstance(event, h2.events.DataReceived):
+                    bodies.setdefault(event.stream_id, bytearray()).extend(event.data)
+                    connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamReset):
+                    raise AssertionError(f"stream {event.stream_id} reset: {event.error_code}")
+                elif isinstance(event, h2.events.StreamEnded):
+                    kind, value = open_streams.pop(event.stream_id)
+                    got = dict(headers.pop(event.stream_id))
+                    body = bytes(bodies.pop(event.stream_id, b""))
+                    if kind == "grpc":
+                        assert got.get(b"grpc-status") == b"0", got
+                        answer = service_pb2.ModelInferResponse.FromString(body[5:])
+                        assert np.frombuffer(answer.raw_output_contents[0], np.int32).tolist() == [2 * value] * 16
+                    else:
+                        assert got[b":status"] == b"200", body
+                        assert json.loads(body)["outputs"][0]["data"] == [2 * value] * 16
+                    answered[kind] += 1
+                    if time.monotonic() < deadline:  # another of its kind takes its place
+                        value = next_value % 1000
+                        open_streams[_infer_stream(connection, server.http_url, kind, value)] = (kind, value)
+                        next_value += 1
+            sock.sendall(connection.data_to_send())
+    assert answered["grpc"] >= 64 and answered["rest"] >= 64
 
 
 def test_port_sets_it_and_front_end_processes_serve_it(repository, tmp_path):
