@@ -101,7 +101,7 @@ def _port_flags(flag: str, protocol: str, default: str) -> tuple[Flag, Flag]:
 
 
 def _true_or_false_flag(flag: str, help_text: str) -> list[Flag]:
-    return [Flag(flag, help_text, true_or_false, choices=("true", "false"))]
+    return [Flag(flag, help_text, true_or_false, choices=("true", "false"), bare="true")]
 
 
 _RESTRICTION = "<API>[,<API>...]:<key>=<value>"

@@ -23,8 +23,9 @@ class SettingsError(BootstrapError, ValueError):
 @dataclass(frozen=True)
 class Flag:
     """A command-line flag that sets a setting: ``convert`` turns its text into the value the setting's check then
-    reads (None: a flag taking no argument, which sets ``const``); a repeatable flag adds to function.yaml's list
-    (``adds``) or replaces it."""
+    reads (None: a flag taking no argument, which sets ``const``); ``bare``: the text a flag given with none takes
+    (a true-or-false flag typed alone means true); a repeatable flag adds to function.yaml's list (``adds``) or
+    replaces it."""
 
     name: str
     help: str = ""
@@ -35,6 +36,7 @@ class Flag:
     repeatable: bool = False
     adds: bool = True
     commands: tuple[str, ...] = ("run",)
+    bare: str | None = None
 
     @property
     def dest(self) -> str:
@@ -215,8 +217,10 @@ def add_flags(parser: argparse.ArgumentParser, command: str, classes: Iterable[t
                 if flag.choices:
                     choices = [flag.convert(choice) for choice in flag.choices]
                     metavar = "{" + ",".join(flag.choices) + "}"
+                bare = {} if flag.bare is None else {"nargs": "?", "const": flag.convert(flag.bare)}
                 parser.add_argument(flag.name, dest=flag.dest, action="append" if flag.repeatable else "store",
-                                    type=_argument_type(flag), choices=choices, metavar=metavar, help=flag.help)
+                                    type=_argument_type(flag), choices=choices, metavar=metavar, help=flag.help,
+                                    **bare)
 
 
 def _argument_type(flag: Flag) -> Callable[[str], Any]:

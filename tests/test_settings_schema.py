@@ -81,6 +81,14 @@ def test_flags_override_the_file_and_are_checked_as_its_values_are(tmp_path):
             apply_settings_flags(parse_settings({}, tmp_path), _run_args(*argv))
 
 
+def test_a_true_or_false_flag_typed_alone_means_true(tmp_path):
+    settings = parse_settings({}, tmp_path)
+    apply_settings_flags(settings, _run_args("--single-port", "--strict-readiness", "--grpc-native-lanes", "false"))
+    assert (settings.single_port, settings.strict_readiness, settings.grpc_native_lanes) == (True, True, False)
+    apply_settings_flags(settings, _run_args("--single-port", "false", "--http-port", "9100"))
+    assert (settings.single_port, settings.http_port) == (False, 9100)
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["--poll-interval", "soon"], "argument --poll-interval: cannot be 'soon'"),
     (["--cache-config", "redis"], "argument --cache-config: --cache-config must be 'local,size=<bytes>'"),
