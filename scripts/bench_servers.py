@@ -43,15 +43,16 @@ def start_triton(repository: Path, workdir: Path) -> tuple[subprocess.Popen, int
 
 
 def start_ours(repository: Path, workdir: Path, root: Path = ROOT, env: dict[str, str] | None = None,
-               log_name: str = "ours.log") -> tuple[subprocess.Popen, int, int]:
-    """Our server from the checkout at ``root`` (``env`` added to this process's environment)."""
+               log_name: str = "ours.log", single_port: bool = False) -> tuple[subprocess.Popen, int, int]:
+    """Our server from the checkout at ``root`` (``env`` added to this process's environment): (its process, HTTP
+    port, gRPC port), both the one port with ``single_port``."""
     http, grpc_port, metrics = free_port(), free_port(), free_port()
     command = [*pinned(0), sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
                "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc_port),
-               "--metrics-port", str(metrics), "--device", "cpu"]
+               "--metrics-port", str(metrics), "--device", "cpu", "--single-port", "true" if single_port else "false"]
     log = open(workdir / log_name, "wb")  # noqa: SIM115
     return (subprocess.Popen(command, cwd=root, env={**os.environ, **(env or {})}, stdout=log, stderr=log), http,
-            grpc_port)
+            http if single_port else grpc_port)
 
 
 FLOORS = {"floor": "grpc.aio echo", "floor-threads": "grpcio thread-pool echo", "floor-native": "native edge echo",

@@ -59,6 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOOR_MODELS = ("add_sub_batch",)
 HTTP_FLOOR_MODELS = ("add_sub_batch", "identity_big")  # answers of the model's size (resnet50_pt's is not its input's)
 LATENCY_TARGET_MS = 0.1  # ours - Triton, p50 at concurrency 1
+ONE_PORT = "ours-one-port"  # our server with --single-port true: REST and gRPC on its HTTP port
+OURS = ("ours", ONE_PORT)
 
 
 def side_by_side(requests: int = 3000, concurrency: tuple[int, ...] = (1, 32),
@@ -104,8 +106,10 @@ def _start_server(server: str, workdir: Path) -> tuple[subprocess.Popen, int | N
     if server in FLOORS:
         return (*start_grpc_floor(FLOOR_STACKS[server]), None)
     repository = workdir / f"repo-{server}"
-    build_repository(repository, server)
-    return (*(start_triton if server == "triton" else start_ours)(repository, workdir), repository)
+    build_repository(repository, "triton" if server == "triton" else "ours")
+    if server == "triton":
+        return (*start_triton(repository, workdir), repository)
+    return (*start_ours(repository, workdir, log_name=f"{server}.log", single_port=server == ONE_PORT), repository)
 
 
 def _serves(server: str, protocol: str, model: str) -> bool:
@@ -156,19 +160,19 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def summarize(rows: list[dict]) -> list[dict]:
-    """Per point, ours against Triton: each (run, round) paired (ours / Triton of the same round), then the
-    median and range of those ratios; each server's median rate, CPU per request and p50; and the bad calls of
-    both, which fail the point."""
+def summarize(rows: list[dict], ours_name: str = "ours") -> list[dict]:
+    """Per point, ours (the server ``ours_name``) against Triton: each (run, round) paired (ours / Triton of the
+    same round), then the median and range of those ratios; each server's median rate, CPU per request and p50;
+    and the bad calls of both, which fail the point."""
     by_turn = {(r["run"], r["round"], r["server"], r["protocol"], r["model"], r["c"]): r for r in rows}
-    points = sorted({(r["protocol"], r["model"], r["c"]) for r in rows if r["server"] == "ours"},
+    points = sorted({(r["protocol"], r["model"], r["c"]) for r in rows if r["server"] == ours_name},
                     key=lambda p: (p[0], MODELS.index(p[1]) if p[1] in MODELS else 99, p[2]))
     out = []
     for protocol, model, c in points:
         pairs = []
         for (run, round_index, server, p, m, cc), ours in by_turn.items():
             theirs = by_turn.get((run, round_index, "triton", protocol, OURS_ONLY.get(model, model), c))
-            if server == "ours" and (p, m, cc) == (protocol, model, c) and theirs:
+            if server == ours_name and (p, m, cc) == (protocol, model, c) and theirs:
                 pairs.append((ours, theirs))
         if not pairs:
             continue
@@ -287,18 +291,23 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--servers", nargs="+", default=["triton", "ours", "floor-native", "floor-threads",
                                                           "floor-http"],
-                        choices=["triton", "ours", *FLOORS], help="floor-native, floor-threads, floor: the native "
+                        choices=["triton", *OURS, *FLOORS], help="floor-native, floor-threads, floor: the native "
                         "edge, grpcio thread-pool and grpc.aio echo servers (gRPC); floor-http: our HTTP listener's "
-                        "echo (scripts.http_echo)")
+                        f"echo (scripts.http_echo); {ONE_PORT}: ours with --single-port true")
+    parser.add_argument("--single-port", action="store_true", help=f"measure {ONE_PORT} too (REST and gRPC on "
+                        "one port, as a platform that gives a function one port runs it)")
     parser.add_argument("--runs", type=int, default=3, help="runs, every server started afresh for each")
     parser.add_argument("--rounds", type=int, default=1, help="rounds in a run, the servers taking turns at each "
                         "point; each round is one paired sample")
     args = parser.parse_args()
     commit = commit_named()
-    rows = side_by_side(args.requests, tuple(args.concurrency), tuple(args.protocols), tuple(args.servers),
+    servers = [*args.servers, *([ONE_PORT] if args.single_port and ONE_PORT not in args.servers else [])]
+    rows = side_by_side(args.requests, tuple(args.concurrency), tuple(args.protocols), tuple(servers),
                         args.runs, args.rounds, tuple(args.models))
-    table = summarize(rows)
-    print_summary(table, floor_rows(rows), heading=f"at {commit}: ")
+    for name in (name for name in OURS if name in servers):
+        mode = "one port" if name == ONE_PORT else "two ports"
+        print_summary(summarize(rows, name), floor_rows(rows) if name == "ours" else [],
+                      heading=f"at {commit}, ours on {mode}: ")
     bad = sum(bad_calls(row) for row in rows)
     if bad:
         print(f"\n{bad} calls failed or were answered wrongly: the run FAILED")
