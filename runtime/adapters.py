@@ -25,6 +25,7 @@ from runtime.http.server import HttpLimits, HttpServer, check_bindable
 from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
+    from runtime.listen.port_acceptor import PortAcceptor
     from runtime.listen.port_proxy import PortProxy
     from runtime.listen.single_port import SinglePortServer
 
@@ -84,6 +85,7 @@ class ProtocolAdapters:
         self.http: HttpServer | SinglePortServer | None = None
         self.grpc: Any = None  # ThreadedGrpcServer or grpc.aio.Server (grpc is imported only when gRPC is served)
         self.proxy: PortProxy | None = None  # HAProxy on the one port, in front of the two listeners
+        self.acceptor: PortAcceptor | None = None  # the one port's listener: each connection to the edge or HAProxy
         self._private: Path | None = None  # the folder of the gRPC listener's unix socket, behind the proxy
 
     async def start(self) -> None:
@@ -119,6 +121,7 @@ class ProtocolAdapters:
         """The one port as HAProxy in front of the two-port mode's listeners on private addresses
         (``runtime/listen/port_proxy.py``); False, with nothing left started, where HAProxy is not installed or
         does not start (the caller then serves the port with hypercorn)."""
+        from runtime.listen.port_acceptor import PortAcceptor
         from runtime.listen.port_proxy import PortProxy, haproxy_executable
 
         settings = self.settings
@@ -139,15 +142,21 @@ class ProtocolAdapters:
         self.http = HttpServer(self._rest_app(auth, lanes), "127.0.0.1", rest_port, settings.http_limits,
                                listening_fd=rest.detach())
         await self.http.start()
-        self.proxy = PortProxy(executable, port.detach(), grpc_socket, f"127.0.0.1:{rest_port}",
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.proxy = PortProxy(executable, theirs.detach(), grpc_socket, f"127.0.0.1:{rest_port}",
                                settings.http_limits)
         try:
             await self.proxy.start()
         except (RuntimeError, OSError) as exc:
             logger.warning("%s: the one port is served by hypercorn instead", exc)
-            await asyncio.gather(*self._stops_behind_proxy(0.0))
+            await asyncio.gather(self.proxy.stop(0.0), *self._stops_behind_proxy(0.0))
+            port.close()
+            ours.close()
             self.proxy = self.http = self.grpc = None
             return False
+        # the native edge takes a gRPC client's connections itself (grpcio's thread-pool server cannot)
+        self.acceptor = PortAcceptor(port, getattr(self.grpc, "adopt_connection", None), ours)
+        self.acceptor.start()
         logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c), gRPC on the same port (haproxy)", settings.host,
                     settings.http_port)
         return True
@@ -204,6 +213,10 @@ class ProtocolAdapters:
         it with what is left of ``timeout``; False if something was cut off."""
         assert self.proxy is not None
         started = time.monotonic()
+        if self.acceptor is not None:
+            self.acceptor.stop()
+            logger.info("the port handed %d connection(s) to the gRPC edge, %d to haproxy", self.acceptor.to_edge,
+                        self.acceptor.to_proxy)
         clean = await self.proxy.stop(timeout)
         left = max(0.0, timeout - (time.monotonic() - started))
         results = await asyncio.gather(*self._stops_behind_proxy(left), return_exceptions=True)

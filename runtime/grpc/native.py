@@ -109,6 +109,11 @@ class NativeGrpcServer:
             self.lanes = NativeLanes(self.native, self.edge, self.lanes_of, self.loop, _finish_ok, self._start)
         return self.edge.port
 
+    def adopt_connection(self, fd: int) -> bool:
+        """Serve a connection accepted elsewhere (the one port's: ``runtime/listen/port_acceptor.py``) as the
+        port's own; the edge owns ``fd`` from here (closed by it); False once it has shut down."""
+        return bool(self.edge.adopt_connection(fd))
+
     async def start(self) -> None:
         self.loop.add_reader(self.edge.fileno(), self._take_events)
         if self.lanes is not None:

@@ -410,6 +410,8 @@ PYBIND11_MODULE(_native_edge, module) {
       .def("take", &Take, py::arg("into") = py::none())
       .def("add_lane", &Edge::AddLane)
       .def("remove_lane", &Edge::RemoveLane)
+      .def("adopt_connection", &Edge::AdoptConnection, py::arg("fd"),
+           "Serve a connection accepted elsewhere (grpc owns ``fd`` from here); false once the edge has shut down.")
       .def("take_http", &TakeHttp, py::arg("token"), py::arg("model"), py::arg("version"), py::arg("id"),
            py::arg("inputs"), py::arg("outputs"), py::arg("chunks"), py::arg("header_length"))
       .def("cancel_http", [](Edge& edge, const std::string& model, uint64_t token) {

@@ -7,6 +7,7 @@
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -204,6 +205,18 @@ class Edge {
     events.swap(pending_);
     signaled_ = false;
     return events;
+  }
+
+  // Serve a connection accepted elsewhere (the one port's, runtime/listen/port_acceptor.py) as if it had come to the
+  // listening port: grpc owns ``fd`` from here (closed by it, even when the edge no longer serves); false, with
+  // ``fd`` closed, once the edge has shut down.
+  bool AdoptConnection(int fd) {
+    if (!server_ || shut_down_) {
+      close(fd);
+      return false;
+    }
+    grpc::AddInsecureChannelFromFd(server_.get(), fd);
+    return true;
   }
 
   // Stop taking calls; those running get ``grace`` seconds, then are cancelled (GIL released by the binding). It

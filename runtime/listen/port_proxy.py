@@ -1,16 +1,16 @@
-"""One port for HTTP/1.1, h2c REST and gRPC at the two-port mode's cost: HAProxy holds the port and hands each request
-(each HTTP/2 stream: a platform's proxy, Knative's queue-proxy among them, may carry a client's REST and gRPC streams
-on one connection) to the two-port mode's own listeners on private addresses, by content type: ``application/grpc``
-to the native gRPC edge on a unix socket (HTTP/2), everything else to granian on loopback (HTTP/1.1). The gRPC calls
-keep everything the edge gives them (metadata and auth, restricted protocols, deadlines, compression, message-size
+"""One port for HTTP/1.1, h2c REST and gRPC at the two-port mode's cost: HAProxy takes the port's connections (all but
+a gRPC client's, which the native edge takes whole: ``port_acceptor.py``) and hands each request (each HTTP/2
+stream: a platform's proxy, Knative's queue-proxy among them, may carry a client's REST and gRPC streams on one
+connection) to the two-port mode's own listeners on private addresses, by content type: ``application/grpc`` to the
+native gRPC edge on a unix socket (HTTP/2), everything else to granian on loopback (HTTP/1.1). The gRPC calls keep
+everything the edge gives them (metadata and auth, restricted protocols, deadlines, compression, message-size
 limits, status in trailers, streaming with its bounds, the lanes), and REST keeps granian's.
 
 HAProxy is a C proxy: a request through it cost 26-43 µs of CPU under load on the 2-core VM (c=32) and about 200 at
 concurrency 1 (a wake-up each way), where hypercorn, the pure-Python listener this replaces where HAProxy is
 installed (``single_port.py``), cost 2-3x the two-port mode's whole request (docs/benchmarks.md, "One port against
-two", which also says why HAProxy over nghttpx, measured alike). It runs as a child of the server, on the listening
-socket the server
-bound (so that the port is taken before anything starts, and a connection arriving meanwhile waits in its backlog),
+two", which also says why HAProxy over nghttpx, measured alike). It runs as a child of the server and is handed its
+connections over a unix socket pair (``bind sockpair@``) by the port's acceptor, which owns the listening socket,
 with its limits taken from ``server.http``: ``maxconn`` the connections served at once, the header timeout for a
 request's headers and an idle keep-alive connection, the body timeout for a client gone silent mid-request. It is
 stopped softly: it stops accepting, finishes the requests under way (the server's drain), then exits.
@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 SERVER_TIMEOUT = "24h"  # a model may run long, and a gRPC stream stays open between its messages
 CONNECT_TIMEOUT = "5s"  # to the private listeners, which are up before HAProxy starts
+# A 600 KB tensor through HAProxy cost 1.0-1.8 ms of CPU a request more than on the two ports with its default 16 KiB
+# buffers; 64 KiB ones cost a little less (larger ones did not help, and a larger HTTP/2 window stalled calls)
+BUFFER_BYTES = 65536
 
 
 def haproxy_executable() -> str | None:
@@ -41,17 +44,20 @@ def haproxy_executable() -> str | None:
     return shutil.which("haproxy")
 
 
-def haproxy_config(port_fd: int, grpc_socket: Path, http_address: str, limits: HttpLimits) -> str:
-    """The configuration: the port (an inherited listening socket), routed per request by content type."""
+def haproxy_config(channel_fd: int, grpc_socket: Path, http_address: str, limits: HttpLimits) -> str:
+    """The configuration: the port's connections (passed over the socket pair ``channel_fd``), routed per request by
+    content type."""
     header_ms = max(1, int(limits.header_timeout * 1000))
     body_ms = max(header_ms, int(limits.body_timeout * 1000))
     return f"""global
     nbthread 1
     maxconn {limits.max_connections}
     tune.h2.max-concurrent-streams {limits.max_concurrent_streams}
+    tune.bufsize {BUFFER_BYTES}
 
 defaults
     mode http
+    option splice-auto
     timeout connect {CONNECT_TIMEOUT}
     timeout http-request {header_ms}ms
     timeout http-keep-alive {header_ms}ms
@@ -61,7 +67,7 @@ defaults
     timeout tunnel {SERVER_TIMEOUT}
 
 frontend port
-    bind fd@{port_fd}
+    bind sockpair@{channel_fd}
     use_backend grpc if {{ req.hdr(content-type) -m beg application/grpc }}
     default_backend rest
 
@@ -76,15 +82,16 @@ backend rest
 
 
 class PortProxy:
-    """HAProxy on the listening socket ``port_fd`` (see the module), started by :meth:`start`."""
+    """HAProxy taking connections over the socket pair end ``channel_fd`` (see the module), started by
+    :meth:`start`."""
 
-    def __init__(self, executable: str, port_fd: int, grpc_socket: Path, http_address: str,
+    def __init__(self, executable: str, channel_fd: int, grpc_socket: Path, http_address: str,
                  limits: HttpLimits) -> None:
         self.executable = executable
-        self.port_fd = port_fd
+        self.port_fd = channel_fd
         self.folder = Path(tempfile.mkdtemp(prefix="serverless-triton-port-"))
         self.config = self.folder / "haproxy.cfg"
-        self.config.write_text(haproxy_config(port_fd, grpc_socket, http_address, limits))
+        self.config.write_text(haproxy_config(channel_fd, grpc_socket, http_address, limits))
         self.process: asyncio.subprocess.Process | None = None
         self.task: asyncio.Task | None = None
         self._stopping = False
@@ -99,6 +106,9 @@ class PortProxy:
             self.executable, "-db", "-f", str(self.config), pass_fds=(self.port_fd,),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.task = asyncio.create_task(self._watch())
+        with contextlib.suppress(OSError):
+            os.close(self.port_fd)  # HAProxy holds its end now
+        self.port_fd = -1
 
     async def _watch(self) -> None:
         """HAProxy's messages, logged; returns when it exits (an exit not asked for ends the server)."""
@@ -135,6 +145,7 @@ class PortProxy:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.task, 5)
         shutil.rmtree(self.folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.close(self.port_fd)
+        if self.port_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.port_fd)
         return clean

@@ -192,17 +192,22 @@ def _grpc_frame(message) -> bytes:
 
 def test_one_h2c_connection_carries_rest_and_grpc_side_by_side(server):
     """As a proxy multiplexes them: a REST stream and a gRPC stream open at once on one connection."""
-    host, port = server.http_url.split(":")
+    assert _h2c_rest_and_grpc(server.http_url)
+
+
+def _h2c_rest_and_grpc(url: str) -> bool:
+    """A REST stream and a gRPC stream open at once on one h2c connection, each answered as it should be."""
+    host, port = url.split(":")
     connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     connection.initiate_connection()
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(connection.data_to_send())
         rest, grpc_call = connection.get_next_available_stream_id(), None
         connection.send_headers(rest, [(":method", "GET"), (":path", "/v2/models/simple"), (":scheme", "http"),
-                                       (":authority", server.http_url), ("authorization", "Bearer secret")],
+                                       (":authority", url), ("authorization", "Bearer secret")],
                                 end_stream=True)
         grpc_call = connection.get_next_available_stream_id()
-        connection.send_headers(grpc_call, [(":method", "POST"), (":scheme", "http"), (":authority", server.http_url),
+        connection.send_headers(grpc_call, [(":method", "POST"), (":scheme", "http"), (":authority", url),
                                             (":path", "/inference.GRPCInferenceService/ModelReady"),
                                             ("content-type", "application/grpc"), ("te", "trailers"),
                                             ("authorization", "Bearer secret")])
@@ -226,6 +231,7 @@ def test_one_h2c_connection_carries_rest_and_grpc_side_by_side(server):
     assert b'"name":"simple"' in bodies[rest]
     assert (b"grpc-status", b"0") in headers[grpc_call]
     assert service_pb2.ModelReadyResponse.FromString(bodies[grpc_call][5:]).ready
+    return True
 
 
 def _infer_stream(connection: h2.connection.H2Connection, authority: str, kind: str, value: int) -> int:
@@ -314,6 +320,25 @@ def test_port_sets_it_and_front_end_processes_serve_it(repository, tmp_path):
         assert f"HTTP endpoint on 127.0.0.1:{port} (HTTP/1.1 and h2c), gRPC on the same port" in process.log()
     finally:
         assert process.stop() == 0
+
+
+def test_a_grpc_clients_connection_goes_whole_to_the_edge_and_the_rest_to_haproxy(repository, tmp_path):
+    if not shutil.which("haproxy"):
+        pytest.skip("haproxy is not installed (scripts/setup.sh installs it)")
+    process = ServerProcess(repository, "--single-port", log=tmp_path / "server.log").start()
+    try:
+        grpc_client = grpcclient.InferenceServerClient(process.http_url)
+        http_client = httpclient.InferenceServerClient(process.http_url)
+        for value in range(3):
+            assert _grpc_add(grpc_client, value) and _http_add(http_client, value)
+        grpc_client.close()
+        http_client.close()
+        assert _h2c_rest_and_grpc(process.http_url)  # an h2c client that is not grpc's: per request, by HAProxy
+    finally:
+        assert process.stop() == 0
+    handed = [line for line in process.log().splitlines() if "connection(s) to the gRPC edge" in line]
+    assert handed and "handed 1 connection(s) to the gRPC edge" in handed[0], handed
+    assert int(handed[0].rsplit(", ", 1)[1].split()[0]) >= 2  # the HTTP client's, the h2c one (and readiness)
 
 
 def test_sigterm_drains_a_grpc_call_in_flight(repository, tmp_path):
