@@ -95,6 +95,7 @@ class PortAcceptor:
             return
         if self.adopt is not None and grpc_core_client(first):
             connection.setblocking(False)  # grpc reads until EAGAIN: a blocking socket would hang its poller
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as grpc sets on the sockets it accepts
             if self.adopt(connection.detach()):  # the edge owns (and closes) it from here
                 self.to_edge += 1
             return
