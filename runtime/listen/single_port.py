@@ -1,4 +1,6 @@
-"""One listener for HTTP/1.1, h2c REST and gRPC, as serverless platforms give a function one port.
+"""One listener for HTTP/1.1, h2c REST and gRPC, as serverless platforms give a function one port, in pure Python:
+the fallback where HAProxy is not installed, and for front-end processes (the port is otherwise carried by
+``port_acceptor.py`` and ``port_proxy.py`` to the two-port mode's own listeners).
 
 Routing is per request (per HTTP/2 stream), by content type, because a platform's proxy (Knative's queue-proxy)
 may carry a client's REST and gRPC streams on one connection: ``application/grpc`` goes to the gRPC adapter over
