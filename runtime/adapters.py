@@ -54,11 +54,11 @@ class AdapterSettings:
         return TokenAuth(self.auth_token) if self.auth_token else None
 
 
-def _listening_socket(host: str, port: int, backlog: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (0: any free port)."""
+def _listening_socket(host: str, port: int, backlog: int, option: int = socket.SO_REUSEADDR) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: any free port), with the socket option ``option`` set."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, option, 1)
     listener.bind((host.strip("[]"), port))
     listener.listen(backlog)
     return listener
@@ -66,11 +66,7 @@ def _listening_socket(host: str, port: int, backlog: int) -> socket.socket:
 
 def reuse_port_listener(host: str, port: int, backlog: int) -> socket.socket:
     """A listening socket in ``host:port``'s SO_REUSEPORT group (the owner holds the port in that group)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    listener.bind((host.strip("[]"), port))
-    listener.listen(backlog)
+    listener = _listening_socket(host, port, backlog, socket.SO_REUSEPORT)
     listener.setblocking(False)
     return listener
 
@@ -152,7 +148,9 @@ class ProtocolAdapters:
             await asyncio.gather(self.proxy.stop(0.0), *self._stops_behind_proxy(0.0))
             port.close()
             ours.close()
+            shutil.rmtree(private, ignore_errors=True)
             self.proxy = self.http = self.grpc = None
+            self._private = None
             return False
         # the native edge takes a gRPC client's connections itself (grpcio's thread-pool server cannot)
         self.acceptor = PortAcceptor(port, getattr(self.grpc, "adopt_connection", None), ours)
