@@ -35,7 +35,9 @@ logger = logging.getLogger(__name__)
 SERVER_TIMEOUT = "24h"  # a model may run long, and a gRPC stream stays open between its messages
 CONNECT_TIMEOUT = "5s"  # to the private listeners, which are up before HAProxy starts
 # A 600 KB tensor through HAProxy cost 1.0-1.8 ms of CPU a request more than on the two ports with its default 16 KiB
-# buffers; 64 KiB ones cost a little less (larger ones did not help, and a larger HTTP/2 window stalled calls)
+# buffers; 64 KiB ones cost a little less (larger ones did not help, and a larger HTTP/2 window stalled calls). A
+# buffer is held only while data moves: at most two per connection, so maxconn x 128 KiB (512 MiB at the default
+# 4,096 connections, all of them sending at once)
 BUFFER_BYTES = 65536
 
 
