@@ -13,33 +13,21 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from scripts.bench_load import bad_calls, load, pinned
+from scripts.bench_load import bad_calls, load
 from scripts.bench_models import build_repository
-from scripts.bench_servers import stop_tree, tree_cpu_seconds, wait_ready
-from tests.support import free_port
+from scripts.bench_servers import start_ours, stop_tree, tree_cpu_seconds, wait_ready
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "add_sub_onnx"
 POINTS = [(protocol, concurrency) for protocol in ("grpc", "http") for concurrency in (1, 32)]
 
 
-def start(repository: Path, single_port: bool, log: Path) -> tuple[subprocess.Popen, int, int]:
-    http, grpc_port = free_port(), free_port()
-    command = [*pinned(0), sys.executable, "-m", "bootstrap.cli", "run", "--model-repository", str(repository),
-               "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc_port), "--no-metrics",
-               "--device", "cpu", "--single-port", "true" if single_port else "false"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    return process, http, http if single_port else grpc_port
-
-
 def measure_mode(repository: Path, single_port: bool, requests: int, log: Path) -> dict[tuple[str, int], dict]:
     """Every point against one mode, started afresh: the load's figures and the server's CPU per good answer."""
-    process, http, grpc_port = start(repository, single_port, log)
+    process, http, grpc_port = start_ours(repository, log.parent, log_name=log.name, single_port=single_port)
     out = {}
     try:
         wait_ready(process, http)

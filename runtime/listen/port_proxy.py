@@ -90,7 +90,7 @@ class PortProxy:
     def __init__(self, executable: str, channel_fd: int, grpc_socket: Path, http_address: str,
                  limits: HttpLimits) -> None:
         self.executable = executable
-        self.port_fd = channel_fd
+        self.channel_fd = channel_fd
         self.folder = Path(tempfile.mkdtemp(prefix="serverless-triton-port-"))
         self.config = self.folder / "haproxy.cfg"
         self.config.write_text(haproxy_config(channel_fd, grpc_socket, http_address, limits))
@@ -101,16 +101,16 @@ class PortProxy:
     async def start(self) -> None:
         """Check the configuration, then start HAProxy; RuntimeError with HAProxy's words if either fails."""
         checked = subprocess.run([self.executable, "-c", "-q", "-f", str(self.config)], capture_output=True,
-                                 text=True, pass_fds=(self.port_fd,))
+                                 text=True, pass_fds=(self.channel_fd,))
         if checked.returncode != 0:
             raise RuntimeError(f"HAProxy refused its configuration: {checked.stderr.strip() or checked.stdout}")
         self.process = await asyncio.create_subprocess_exec(
-            self.executable, "-db", "-f", str(self.config), pass_fds=(self.port_fd,),
+            self.executable, "-db", "-f", str(self.config), pass_fds=(self.channel_fd,),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.task = asyncio.create_task(self._watch())
         with contextlib.suppress(OSError):
-            os.close(self.port_fd)  # HAProxy holds its end now
-        self.port_fd = -1
+            os.close(self.channel_fd)  # HAProxy holds its end now
+        self.channel_fd = -1
 
     async def _watch(self) -> None:
         """HAProxy's messages, logged; returns when it exits (an exit not asked for ends the server)."""
@@ -147,7 +147,7 @@ class PortProxy:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.task, 5)
         shutil.rmtree(self.folder, ignore_errors=True)
-        if self.port_fd >= 0:
+        if self.channel_fd >= 0:
             with contextlib.suppress(OSError):
-                os.close(self.port_fd)
+                os.close(self.channel_fd)
         return clean
