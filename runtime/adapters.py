@@ -25,6 +25,7 @@ from runtime.http.server import HttpLimits, HttpServer, check_bindable
 from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
+    from runtime.http.adopted import AdoptedHttp1
     from runtime.listen.port_acceptor import PortAcceptor
     from runtime.listen.port_proxy import PortProxy
     from runtime.listen.single_port import SinglePortServer
@@ -82,6 +83,7 @@ class ProtocolAdapters:
         self.grpc: Any = None  # ThreadedGrpcServer or grpc.aio.Server (grpc is imported only when gRPC is served)
         self.proxy: PortProxy | None = None  # HAProxy on the one port, in front of the two listeners
         self.acceptor: PortAcceptor | None = None  # the one port's listener: each connection to the edge or HAProxy
+        self.http1: AdoptedHttp1 | None = None  # the one port's HTTP/1.1 connections, served in this process
         self._private: Path | None = None  # the folder of the gRPC listener's unix socket, behind the proxy
 
     async def start(self) -> None:
@@ -117,6 +119,7 @@ class ProtocolAdapters:
         """The one port as HAProxy in front of the two-port mode's listeners on private addresses
         (``runtime/listen/port_proxy.py``); False, with nothing left started, where HAProxy is not installed or
         does not start (the caller then serves the port with hypercorn)."""
+        from runtime.http.adopted import AdoptedHttp1
         from runtime.listen.port_acceptor import PortAcceptor
         from runtime.listen.port_proxy import PortProxy, haproxy_executable
 
@@ -135,8 +138,8 @@ class ProtocolAdapters:
         lanes = await self._start_grpc(f"unix:{grpc_socket}", auth, False)
         rest = _listening_socket("127.0.0.1", 0, settings.http_limits.backlog)
         rest_port = rest.getsockname()[1]
-        self.http = HttpServer(self._rest_app(auth, lanes), "127.0.0.1", rest_port, settings.http_limits,
-                               listening_fd=rest.detach())
+        rest_app = self._rest_app(auth, lanes)  # one, for its bounds on answers being sent are the process's
+        self.http = HttpServer(rest_app, "127.0.0.1", rest_port, settings.http_limits, listening_fd=rest.detach())
         await self.http.start()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.proxy = PortProxy(executable, theirs.detach(), grpc_socket, f"127.0.0.1:{rest_port}",
@@ -152,8 +155,9 @@ class ProtocolAdapters:
             self.proxy = self.http = self.grpc = None
             self._private = None
             return False
+        self.http1 = AdoptedHttp1(rest_app, settings.http_limits)
         # the native edge takes a gRPC client's connections itself (grpcio's thread-pool server cannot)
-        self.acceptor = PortAcceptor(port, getattr(self.grpc, "adopt_connection", None), ours)
+        self.acceptor = PortAcceptor(port, getattr(self.grpc, "adopt_connection", None), self.http1.adopt, ours)
         self.acceptor.start()
         logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c), gRPC on the same port (haproxy)", settings.host,
                     settings.http_port)
@@ -213,9 +217,11 @@ class ProtocolAdapters:
         started = time.monotonic()
         if self.acceptor is not None:
             self.acceptor.stop()
-            logger.info("the port handed %d connection(s) to the gRPC edge, %d to haproxy", self.acceptor.to_edge,
-                        self.acceptor.to_proxy)
-        clean = await self.proxy.stop(timeout)
+            logger.info("the port handed %d connection(s) to the gRPC edge, %d to its HTTP/1.1 server, %d to "
+                        "haproxy", self.acceptor.to_edge, self.acceptor.to_http1, self.acceptor.to_proxy)
+        http1_stop = self.http1.stop(timeout) if self.http1 is not None else asyncio.sleep(0, True)
+        clean, http1_clean = await asyncio.gather(self.proxy.stop(timeout), http1_stop)
+        clean = clean and http1_clean
         left = max(0.0, timeout - (time.monotonic() - started))
         results = await asyncio.gather(*self._stops_behind_proxy(left), return_exceptions=True)
         if self._private is not None:

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,7 @@ CONNECT_TIMEOUT = "5s"  # to the private listeners, which are up before HAProxy 
 # buffer is held only while data moves: at most two per connection, so maxconn x 128 KiB (512 MiB at the default
 # 4,096 connections, all of them sending at once)
 BUFFER_BYTES = 65536
+FD_RESERVE = 64
 
 
 def haproxy_executable() -> str | None:
@@ -50,10 +52,14 @@ def haproxy_config(channel_fd: int, grpc_socket: Path, http_address: str, limits
     """The configuration: the port's connections (passed over the socket pair ``channel_fd``), routed per request by
     content type."""
     header_ms = max(1, int(limits.header_timeout * 1000))
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # two descriptors a connection (the client's, the listener's behind), and HAProxy's own: it refuses to start
+    # where maxconn would need more than the open-file limit gives
+    max_connections = max(1, min(limits.max_connections, (soft - FD_RESERVE) // 2))
     body_ms = max(header_ms, int(limits.body_timeout * 1000))
     return f"""global
     nbthread 1
-    maxconn {limits.max_connections}
+    maxconn {max_connections}
     tune.h2.max-concurrent-streams {limits.max_concurrent_streams}
     tune.bufsize {BUFFER_BYTES}
 

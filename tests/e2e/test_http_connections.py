@@ -1,4 +1,5 @@
-"""Slow, silent and misbehaving HTTP clients cannot shut others out (HTTP/1.1 and h2c)."""
+"""Slow, silent and misbehaving HTTP clients cannot shut others out (HTTP/1.1 and h2c), on the two ports and on the
+one port (``--single-port``: HTTP/1.1 served in the server's own process, h2c through HAProxy)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
                                                             .as_numpy())]) for r in requests]
 """
+MODES = {"two ports": (), "one port": ("--single-port",)}
 BODY = {"inputs": [{"name": "IN", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
 
 
@@ -44,14 +46,19 @@ def _repository(tmp_path):
     return repository
 
 
-@pytest.fixture(scope="module")
-def guarded_server(tmp_path_factory):
+def _grpc_port(server: ServerProcess) -> int:
+    return server.http_port if "--single-port" in server.extra else server.grpc_port
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def guarded_server(request, tmp_path_factory):
     """Auth on, short header and body timeouts, a small connection cap."""
     tmp = tmp_path_factory.mktemp("connections")
     config = tmp / "function.yaml"
     config.write_text("server:\n  header_timeout_seconds: 2\n  body_timeout_seconds: 1\n  max_connections: 40\n"
                       "  max_request_bytes: 1048576\n")
-    process = ServerProcess(_repository(tmp), "--config", str(config), "--auth-token", TOKEN).start()
+    process = ServerProcess(_repository(tmp), "--config", str(config), "--auth-token", TOKEN,
+                            *MODES[request.param]).start()
     yield process
     assert process.stop() == 0, process.log()
 
@@ -87,9 +94,10 @@ def _timed_infer(server: ServerProcess) -> float:
     return time.monotonic() - started
 
 
-def test_many_stalled_connections_do_not_shut_out_new_clients(tmp_path):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_many_stalled_connections_do_not_shut_out_new_clients(tmp_path, mode):
     """1,500 connections that send part of a header and stall (more than shut out the old server)."""
-    process = ServerProcess(_repository(tmp_path), "--auth-token", TOKEN).start()
+    process = ServerProcess(_repository(tmp_path), "--auth-token", TOKEN, *MODES[mode]).start()
     try:
         stalled = _open(process.http_port, 1500, b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\n")
         try:
@@ -111,11 +119,12 @@ class _FewDescriptors(ServerProcess):
         return ["bash", "-c", 'ulimit -n 256 && exec "$@"', "bash", *super().command()]
 
 
-def test_at_the_descriptor_limit_the_oldest_stalled_connections_make_room(tmp_path):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_at_the_descriptor_limit_the_oldest_stalled_connections_make_room(tmp_path, mode):
     """252 connections sending part of their headers used every descriptor of a server under ulimit -n 256: a health
     probe and an authenticated infer waited out the 30 s header timeout. The oldest ones still in their headers are
     closed now, so new clients get in within seconds."""
-    with _FewDescriptors(_repository(tmp_path), "--auth-token", TOKEN) as process:
+    with _FewDescriptors(_repository(tmp_path), "--auth-token", TOKEN, *MODES[mode]) as process:
         stalled = _open(process.http_port, 252, b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\n")
         try:
             time.sleep(0.5)
@@ -259,9 +268,9 @@ def test_an_early_answer_on_h2_leaves_the_other_streams_alone(guarded_server, ba
 
 
 def test_stalled_grpc_connections_do_not_shut_out_grpc_clients(guarded_server):
-    stalled = _open(guarded_server.grpc_port, 300, b"PRI * HTTP/2.0\r\n\r\n")
+    stalled = _open(_grpc_port(guarded_server), 300, b"PRI * HTTP/2.0\r\n\r\n")
     try:
-        client = grpcclient.InferenceServerClient(guarded_server.grpc_url)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{_grpc_port(guarded_server)}")
         tensor = grpcclient.InferInput("IN", [2], "FP32")
         tensor.set_data_from_numpy(np.array([5, 6], dtype=np.float32))
         started = time.monotonic()

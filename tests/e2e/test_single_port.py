@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -322,7 +323,9 @@ def test_port_sets_it_and_front_end_processes_serve_it(repository, tmp_path):
         assert process.stop() == 0
 
 
-def test_a_grpc_clients_connection_goes_whole_to_the_edge_and_the_rest_to_haproxy(repository, tmp_path):
+def test_each_connection_goes_whole_to_the_edge_the_http1_server_or_haproxy(repository, tmp_path):
+    """A gRPC client's to the native edge, an HTTP/1.1 client's to the server's own HTTP/1.1 server, an h2c
+    client's of another kind to HAProxy: counted by the port's acceptor."""
     if not shutil.which("haproxy"):
         pytest.skip("haproxy is not installed (scripts/setup.sh installs it)")
     process = ServerProcess(repository, "--single-port", log=tmp_path / "server.log").start()
@@ -337,22 +340,34 @@ def test_a_grpc_clients_connection_goes_whole_to_the_edge_and_the_rest_to_haprox
     finally:
         assert process.stop() == 0
     handed = [line for line in process.log().splitlines() if "connection(s) to the gRPC edge" in line]
-    assert handed and "handed 1 connection(s) to the gRPC edge" in handed[0], handed
-    assert int(handed[0].rsplit(", ", 1)[1].split()[0]) >= 2  # the HTTP client's, the h2c one (and readiness)
+    assert handed, process.log()
+    counts = re.search(r"handed (\d+) connection\(s\) to the gRPC edge, (\d+) to its HTTP/1.1 server, (\d+) to "
+                       r"haproxy", handed[0])
+    assert counts, handed[0]
+    to_edge, to_http1, to_proxy = map(int, counts.groups())
+    assert to_edge == 1 and to_http1 >= 1 and to_proxy == 1, handed[0]  # HTTP/1.1: the client's (and readiness)
 
 
-def test_sigterm_drains_a_grpc_call_in_flight(repository, tmp_path):
+def test_sigterm_drains_a_grpc_call_and_an_http1_request_in_flight(repository, tmp_path):
+    """Both reach the model before the signal; both are answered, and the server exits 0."""
     process = ServerProcess(repository, "--single-port", "true", log=tmp_path / "server.log").start()
     result: dict = {}
 
-    def call() -> None:
+    def grpc_call() -> None:
         tensor = grpcclient.InferInput("IN", [1], "FP32")
         tensor.set_data_from_numpy(np.ones(1, dtype=np.float32))
-        result["out"] = grpcclient.InferenceServerClient(process.http_url).infer("slow", [tensor]).as_numpy("OUT")
+        result["grpc"] = grpcclient.InferenceServerClient(process.http_url).infer("slow", [tensor]).as_numpy("OUT")
 
-    caller = threading.Thread(target=call)
-    caller.start()
-    time.sleep(0.5)  # the call is in the model
+    def http_call() -> None:
+        tensor = httpclient.InferInput("IN", [1], "FP32")
+        tensor.set_data_from_numpy(np.full(1, 2, dtype=np.float32))
+        result["http"] = httpclient.InferenceServerClient(process.http_url).infer("slow", [tensor]).as_numpy("OUT")
+
+    callers = [threading.Thread(target=grpc_call), threading.Thread(target=http_call)]
+    for caller in callers:
+        caller.start()
+    time.sleep(0.5)  # the calls are in the model
     assert process.stop(signal.SIGTERM) == 0
-    caller.join(10)
-    assert result["out"].tolist() == [1.0]
+    for caller in callers:
+        caller.join(10)
+    assert result["grpc"].tolist() == [1.0] and result["http"].tolist() == [2.0]
