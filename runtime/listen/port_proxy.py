@@ -1,19 +1,22 @@
-"""One port for HTTP/1.1, h2c REST and gRPC at the two-port mode's cost: HAProxy takes the port's connections (all but
-a gRPC client's, which the native edge takes whole: ``port_acceptor.py``) and hands each request (each HTTP/2
-stream: a platform's proxy, Knative's queue-proxy among them, may carry a client's REST and gRPC streams on one
-connection) to the two-port mode's own listeners on private addresses, by content type: ``application/grpc`` to the
-native gRPC edge on a unix socket (HTTP/2), everything else to granian on loopback (HTTP/1.1). The gRPC calls keep
-everything the edge gives them (metadata and auth, restricted protocols, deadlines, compression, message-size
-limits, status in trailers, streaming with its bounds, the lanes), and REST keeps granian's.
+"""One port for h2c REST and gRPC side by side at the two-port mode's cost: HAProxy takes the port's HTTP/2
+connections that are not a gRPC client's (those the native edge takes whole, and HTTP/1.1 ones this process serves
+itself: ``port_acceptor.py``) and hands each request (each HTTP/2 stream: a platform's proxy, Knative's queue-proxy
+among them, may carry a client's REST and gRPC streams on one connection) to the two-port mode's own listeners on
+private addresses, by content type: ``application/grpc`` to the native gRPC edge on a unix socket (HTTP/2),
+everything else to granian on loopback (HTTP/1.1). The gRPC calls keep everything the edge gives them (metadata and
+auth, restricted protocols, deadlines, compression, message-size limits, status in trailers, streaming with its
+bounds, the lanes), and REST keeps granian's.
 
 HAProxy is a C proxy: a request through it cost 26-43 µs of CPU under load on the 2-core VM (c=32) and about 200 at
 concurrency 1 (a wake-up each way), where hypercorn, the pure-Python listener this replaces where HAProxy is
 installed (``single_port.py``), cost 2-3x the two-port mode's whole request (docs/benchmarks.md, "One port against
-two", which also says why HAProxy over nghttpx, measured alike). It runs as a child of the server and is handed its
-connections over a unix socket pair (``bind sockpair@``) by the port's acceptor, which owns the listening socket,
-with its limits taken from ``server.http``: ``maxconn`` the connections served at once, the header timeout for a
-request's headers and an idle keep-alive connection, the body timeout for a client gone silent mid-request. It is
-stopped softly: it stops accepting, finishes the requests under way (the server's drain), then exits.
+two", which also says why HAProxy over nghttpx, measured alike). A 600 KB request through it costs 400-700 µs more
+(docs/benchmarks.md, "HTTP/1.1 on the one port"): which is why HTTP/1.1, the REST clients' protocol, no longer goes
+through it. It runs as a child of the server and is handed its connections over a unix socket pair (``bind
+sockpair@``) by the port's acceptor, which owns the listening socket, with its limits taken from ``server.http``:
+``maxconn`` the connections served at once (within the open-file limit), the header timeout for a request's headers
+and an idle keep-alive connection, the body timeout for a client gone silent mid-request. It is stopped softly: it
+stops accepting, finishes the requests under way (the server's drain), then exits.
 """
 
 from __future__ import annotations
