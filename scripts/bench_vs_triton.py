@@ -60,6 +60,7 @@ FLOOR_MODELS = ("add_sub_batch",)
 HTTP_FLOOR_MODELS = ("add_sub_batch", "identity_big")  # answers of the model's size (resnet50_pt's is not its input's)
 LATENCY_TARGET_MS = 0.1  # ours - Triton, p50 at concurrency 1
 ONE_PORT = "ours-one-port"  # our server with --single-port true: REST and gRPC on its HTTP port
+ONE_PORT_TARGET = 0.9  # ours on one port / ours on two, at every point
 OURS = ("ours", ONE_PORT)
 
 
@@ -195,6 +196,40 @@ def summarize(rows: list[dict], ours_name: str = "ours") -> list[dict]:
     return out
 
 
+def one_port_rows(rows: list[dict]) -> list[dict]:
+    """Per point, ours on one port against ours on two, paired within each (run, round): the median and range of
+    the rate ratios, each mode's median CPU per request, and the bad calls of both."""
+    two = {(r["run"], r["round"], r["protocol"], r["model"], r["c"]): r for r in rows if r["server"] == "ours"}
+    grouped: dict[tuple, list[tuple[dict, dict]]] = {}
+    for row in rows:
+        theirs = two.get((row["run"], row["round"], row["protocol"], row["model"], row["c"]))
+        if row["server"] == ONE_PORT and theirs:
+            grouped.setdefault((row["protocol"], row["model"], row["c"]), []).append((row, theirs))
+    out = []
+    for (protocol, model, c), pairs in sorted(grouped.items(), key=lambda item: (
+            item[0][0], MODELS.index(item[0][1]) if item[0][1] in MODELS else 99, item[0][2])):
+        healthy = [(o, t) for o, t in pairs if o["rps"] > 0 and t["rps"] > 0]
+        out.append({"protocol": protocol, "model": model, "c": c,
+                    "ratio": _spread([o["rps"] / t["rps"] for o, t in healthy]) if healthy else None,
+                    "one_cpu_us": _median([o["cpu_us"] for o, _ in pairs]),
+                    "two_cpu_us": _median([t["cpu_us"] for _, t in pairs]),
+                    "bad_calls": sum(bad_calls(o) + bad_calls(t) for o, t in pairs)})
+    return out
+
+
+def print_one_port(table: list[dict], heading: str) -> None:
+    """The one-port table: a point meets ``ONE_PORT_TARGET`` when its median ratio does and no call went bad."""
+    print(f"\n{heading}ours on one port / ours on two ports, the median of the paired samples (range)")
+    print("| protocol, model, concurrency | one / two | target | server CPU per request, two / one |")
+    print("| --- | --- | --- | --- |")
+    for row in table:
+        met = row["ratio"] is not None and row["bad_calls"] == 0 and row["ratio"]["median"] >= ONE_PORT_TARGET
+        verdict = f" FAILED: {row['bad_calls']} bad calls" if row["bad_calls"] else ""
+        print(f"| {'gRPC' if row['protocol'] == 'grpc' else 'HTTP'} {row['model']}, {row['c']} | "
+              f"{_range(row['ratio'])}{verdict} | {ONE_PORT_TARGET}x, {'met' if met else 'NOT met'} | "
+              f"{row['two_cpu_us']:.0f} / {row['one_cpu_us']:.0f} µs |")
+
+
 def floor_rows(rows: list[dict]) -> list[dict]:
     """The echo floors' points, each paired with Triton's of the same round: median rate ratio and CPU per request."""
     triton = {(r["run"], r["round"], r["protocol"], r["model"], r["c"]): r for r in rows if r["server"] == "triton"}
@@ -308,6 +343,8 @@ def main() -> int:
         mode = "one port" if name == ONE_PORT else "two ports"
         print_summary(summarize(rows, name), floor_rows(rows) if name == "ours" else [],
                       heading=f"at {commit}, ours on {mode}: ")
+    if ONE_PORT in servers and "ours" in servers:
+        print_one_port(one_port_rows(rows), heading=f"at {commit}: ")
     bad = sum(bad_calls(row) for row in rows)
     if bad:
         print(f"\n{bad} calls failed or were answered wrongly: the run FAILED")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from scripts.bench_load import Tally, bad_calls, load
-from scripts.bench_vs_triton import summarize, targets
+from scripts.bench_vs_triton import ONE_PORT, one_port_rows, summarize, targets
 from tests.support import free_port
 
 
@@ -34,6 +34,15 @@ def test_a_bad_call_on_either_server_fails_the_point_and_its_target():
     point, = summarize([{**row, "model": "add_sub_batch"} for row in rows])
     assert point["bad_calls"] == 3 and point["problem"] == "boom"
     assert [met for *_, met in targets([point])] == [False]  # 5x Triton, but calls failed
+
+
+def test_one_port_is_paired_with_two_ports_of_the_same_round_and_bad_calls_count():
+    rows = [_row(0, "ours", 100, 10), _row(0, ONE_PORT, 90, 12), _row(1, "ours", 200, 10),
+            _row(1, ONE_PORT, 100, 12, failed=1), _row(2, "ours", 100, 10), _row(2, ONE_PORT, 110, 9),
+            _row(2, "triton", 500, 1)]
+    point, = one_port_rows(rows)
+    assert point["ratio"] == {"median": 0.9, "low": 0.5, "high": 1.1, "n": 3}
+    assert (point["two_cpu_us"], point["one_cpu_us"], point["bad_calls"]) == (10, 12, 1)
 
 
 def test_answers_are_checked_at_the_rate_asked():

@@ -189,12 +189,11 @@ class AdoptedHttp1:
 
     def _shed(self, wanted: int, now: float) -> None:
         """Close up to ``wanted`` of the oldest connections still sending their first request's headers."""
-        victims = [c for c in self.connections
-                   if not c.requests_begun and now - c.adopted_at >= MIN_AGE_SECONDS][:max(0, wanted)]
+        victims = [c for c in self.connections if not c.requests_begun and c.transport is not None
+                   and now - c.adopted_at >= MIN_AGE_SECONDS][:max(0, wanted)]
         for protocol in victims:
             self.connections.pop(protocol, None)
-            if protocol.transport is not None:
-                protocol.transport.close()
+            protocol.transport.close()
         if victims:
             self.shed_total += len(victims)
             logger.warning("%d HTTP/1.1 connections on the port (at most %d at once), %d waiting: closed the %d "
