@@ -8,7 +8,7 @@ import threading
 
 import grpc
 
-from runtime.listen.port_acceptor import GRPC_CORE_SETTING, PREFACE, grpc_core_client
+from runtime.listen.port_acceptor import GRPC_CORE_SETTING, PREFACE, grpc_core_client, http2_client
 
 
 def _settings_frame(pairs: list[tuple[int, int]]) -> bytes:
@@ -59,3 +59,12 @@ def test_what_else_a_connection_may_begin_with_goes_to_haproxy():
     assert not grpc_core_client(core[:-2])  # its SETTINGS frame not whole
     assert not grpc_core_client(PREFACE + b"\x00\x00\x06\x01" + bytes(5) + bytes(6))  # not a SETTINGS frame
     assert not grpc_core_client(b"")
+
+
+def test_a_connection_without_the_http2_preface_is_http1_and_one_too_short_to_tell_is_not():
+    assert not http2_client(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert not http2_client(b"GET / HTTP/1.0\r\n\r\n")
+    assert not http2_client(b"\x16\x03\x01\x02\x00")  # a TLS hello: refused by the HTTP/1.1 parser, not proxied
+    assert http2_client(PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    assert http2_client(PREFACE[:10])  # too little to tell: HAProxy speaks both
+    assert http2_client(b"")

@@ -39,7 +39,7 @@ from runtime.http.server import HttpLimits
 
 logger = logging.getLogger(__name__)
 
-MAX_HEADER_BYTES = 64 * 1024  # a request's line and headers; hyper (granian) allows about as much
+MAX_HEADER_BYTES = 64 * 1024  # a request's line and headers, counted as they are parsed (431 beyond)
 FD_RESERVE = 64
 MIN_AGE_SECONDS = 0.4
 HEADERS_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -126,6 +126,9 @@ class AdoptedHttp1:
                                      access_log=False, proxy_headers=False, server_header=False,
                                      date_header=False, timeout_keep_alive=max(1, int(limits.header_timeout)))
         self.config.load()
+        # uvicorn warns of every malformed request, which a client could make into a flood of lines; the client is
+        # answered 400 either way, and the application's own errors are still logged
+        logging.getLogger("uvicorn.error").setLevel(logging.ERROR)
         self.state = ServerState()
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         fd_limit = soft if soft != resource.RLIM_INFINITY else 1 << 20
