@@ -90,7 +90,7 @@ class ProtocolAdapters:
         """Listen on every port; OSError (a port taken) leaves what started for :meth:`stop`."""
         settings, auth = self.settings, self.settings.auth()
         if settings.single_port and settings.http_port is not None:
-            if not self.reuse_port and await self._start_proxied_port(auth):
+            if await self._start_proxied_port(auth):
                 return
             await self._start_single_port(auth)
             return
@@ -116,9 +116,11 @@ class ProtocolAdapters:
         return direct_lanes(self.grpc)
 
     async def _start_proxied_port(self, auth: TokenAuth | None) -> bool:
-        """The one port as HAProxy in front of the two-port mode's listeners on private addresses
-        (``runtime/listen/port_proxy.py``); False, with nothing left started, where HAProxy is not installed or
-        does not start (the caller then serves the port with hypercorn)."""
+        """The one port: its acceptor handing gRPC clients' connections to the native edge, HTTP/1.1 ones to this
+        process's HTTP/1.1 server and the rest to HAProxy in front of the two-port mode's listeners on private
+        addresses (``runtime/listen/``); in a front end, on the port's SO_REUSEPORT group. False, with nothing left
+        started, where HAProxy is not installed or does not start (the caller then serves the port with
+        hypercorn)."""
         from runtime.http.adopted import AdoptedHttp1
         from runtime.listen.port_acceptor import PortAcceptor
         from runtime.listen.port_proxy import PortProxy, haproxy_executable
@@ -130,8 +132,11 @@ class ProtocolAdapters:
                            "two ports' speed under load (scripts/setup.sh and the container image install haproxy)")
             return False
         assert settings.http_port is not None
-        check_bindable(f"{settings.host}:{settings.http_port}")
-        port = _listening_socket(settings.host, settings.http_port, settings.http_limits.backlog)
+        if self.reuse_port:  # a front end: the port's SO_REUSEPORT group, each front end with its own HAProxy
+            port = reuse_port_listener(settings.host, settings.http_port, settings.http_limits.backlog)
+        else:
+            check_bindable(f"{settings.host}:{settings.http_port}")
+            port = _listening_socket(settings.host, settings.http_port, settings.http_limits.backlog)
         private = Path(tempfile.mkdtemp(prefix="serverless-triton-private-"))
         self._private = private
         grpc_socket = private / "grpc.sock"

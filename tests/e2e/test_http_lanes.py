@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.e2e.test_native_lanes import (  # noqa: F401 - pytestmark: skipped where the edge is not built
@@ -216,3 +217,31 @@ def test_sigterm_drains_a_request_a_lane_is_serving(tmp_path):
     assert answers and answers[0][0] == 200, answers
     header_length = int(answers[0][1]["inference-header-content-length"])
     assert np.frombuffer(answers[0][2][header_length:], np.float32).tolist() == slow.ravel().tolist()
+
+
+@pytest.fixture(scope="module")
+def one_port_server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("one-port-lanes")
+    write_model(folder / "models", "lanes", CONFIG, {"1/model.py": MODEL})
+    with ServerProcess(folder / "models", "--single-port", strict=True,
+                       env={"LANES_MARK": str(folder / "mark")}) as process:
+        yield process
+
+
+def test_the_lanes_serve_the_one_port_as_they_serve_the_two(one_port_server):
+    """An HTTP/1.1 request (served in the server's process) and a gRPC call (its connection handed to the native
+    edge), each lone and plain, each answered on a lane as on the two ports."""
+    server = one_port_server
+    status, headers, body = served_on_lane(server, lambda: _post(server, SMALL, ["SAME"], binary_input=True))
+    assert status == 200 and (status, headers, body) == _post(server, SMALL, ["SAME"], binary_input=False)
+
+    def grpc_call() -> list[float]:
+        client = grpcclient.InferenceServerClient(server.http_url)
+        try:
+            tensor = grpcclient.InferInput("IN", list(SMALL.shape), "FP32")
+            tensor.set_data_from_numpy(SMALL)
+            return client.infer("lanes", [tensor]).as_numpy("DOUBLE").tolist()
+        finally:
+            client.close()
+
+    assert served_on_lane(server, grpc_call) == (2 * SMALL).tolist()

@@ -318,7 +318,13 @@ def test_port_sets_it_and_front_end_processes_serve_it(repository, tmp_path):
     try:
         assert _grpc_add(grpcclient.InferenceServerClient(f"127.0.0.1:{port}"), 3)
         assert _http_add(httpclient.InferenceServerClient(f"127.0.0.1:{port}"), 4)
-        assert f"HTTP endpoint on 127.0.0.1:{port} (HTTP/1.1 and h2c), gRPC on the same port" in process.log()
+        assert _h2c_rest_and_grpc(f"127.0.0.1:{port}")
+        deadline = time.monotonic() + 30
+        while "2 front-end processes serving" not in process.log() and time.monotonic() < deadline:
+            time.sleep(0.05)  # readiness may be answered by the first front end before the second listens
+        endpoint = f"HTTP endpoint on 127.0.0.1:{port} (HTTP/1.1 and h2c), gRPC on the same port"
+        carrier = " (haproxy)" if shutil.which("haproxy") else ""  # each front end with its own acceptor and HAProxy
+        assert process.log().count(endpoint + carrier) == 2, process.log()
     finally:
         assert process.stop() == 0
 
