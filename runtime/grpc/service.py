@@ -98,7 +98,7 @@ def _stream_message(item: StreamResponse, request: InferRequest,
     if item.error is not None:
         error = item.error
         text = error.message if isinstance(error, ServingError) else "internal server error"
-        failed = service_pb2.ModelInferResponse()
+        failed = service_pb2.ModelInferResponse(id=request.id)  # as Triton: the client knows which request failed
         if getattr(error, "executed", False):  # as Triton: a response was being built when the model failed
             failed.model_name = request.model_name
             failed.parameters[FINAL_RESPONSE].bool_param = item.final
@@ -247,9 +247,10 @@ class InferenceServicer:
                 empty_final = _flag(request.parameters.pop(EMPTY_FINAL_RESPONSE, False))
                 async for item in self.service.infer_stream(request):
                     await reply(_stream_message(item, request, empty_final), item.final)
-            except ServingError as exc:  # as Triton: with an empty response beside the error
+            except ServingError as exc:  # as Triton: with a response beside the error that holds only its id
                 await reply(service_pb2.ModelStreamInferResponse(
-                    error_message=details(exc.message), infer_response=service_pb2.ModelInferResponse()), True)
+                    error_message=details(exc.message), infer_response=service_pb2.ModelInferResponse(id=message.id)),
+                    True)
             except Exception:  # noqa: BLE001
                 logger.exception("unexpected error in ModelStreamInfer")
                 await reply(service_pb2.ModelStreamInferResponse(error_message="internal server error"), True)

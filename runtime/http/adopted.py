@@ -59,21 +59,29 @@ class BoundedHttp1Protocol(HttpToolsProtocol):
         self.requests_begun = 0
         self.header_bytes = 0
         self.headers_too_large = False
+        self.in_headers = False  # a request begun whose headers are not all here
         self.header_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # type: ignore[arg-type]
-        self._await_headers()
+        self._await_headers()  # the first request's
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._headers_arrived()
         self.owner.closed(self)
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        """The deadline is set only where a request's headers are still incomplete once its bytes so far are
+        parsed: most requests come whole in one read and need no timer."""
+        super().data_received(data)
+        if self.in_headers and self.header_deadline is None:
+            self._await_headers()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.header_bytes = 0
-        self._await_headers()
+        self.in_headers = True
 
     def on_url(self, url: bytes) -> None:
         self._count_header_bytes(len(url))
@@ -84,6 +92,7 @@ class BoundedHttp1Protocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        self.in_headers = False
         self._headers_arrived()
         self.requests_begun += 1
         super().on_headers_complete()
@@ -103,7 +112,7 @@ class BoundedHttp1Protocol(HttpToolsProtocol):
             raise ValueError("request headers too large")  # the parser stops; send_400_response answers
 
     def _await_headers(self) -> None:
-        if self.header_deadline is None and not self.transport.is_closing():
+        if self.header_deadline is None and self.transport is not None and not self.transport.is_closing():
             self.header_deadline = self.loop.call_later(self.owner.limits.header_timeout, self._headers_too_slow)
 
     def _headers_arrived(self) -> None:

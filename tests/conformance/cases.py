@@ -691,6 +691,12 @@ GRPC_CASES: list[GrpcCase] = [
     GrpcCase("grpc-stream-error-then-success", "ModelStreamInfer", [grpc_one("nonexistent"),
                                                                     grpc_add_sub(request_id="ok")]),
     GrpcCase("grpc-stream-bad-request", "ModelStreamInfer", [grpc_add_sub(a=A[:3], b=B[:3], shape=(3,))]),
+    # a request that fails before it runs is answered with its own id, so that the client knows which one failed
+    GrpcCase("grpc-stream-unknown-model-keeps-its-id", "ModelStreamInfer",
+             [with_id(grpc_one("nonexistent"), "s2"), grpc_add_sub(request_id="ok")]),
+    GrpcCase("grpc-stream-bad-request-keeps-its-id", "ModelStreamInfer",
+             [grpc_add_sub(a=A[:3], b=B[:3], shape=(3,), request_id="s3")]),
+    GrpcCase("grpc-stream-execute-raises-keeps-its-id", "ModelStreamInfer", [with_id(grpc_one("raising"), "s4")]),
     GrpcCase("grpc-stream-execute-raises", "ModelStreamInfer", [grpc_one("raising")]),
     GrpcCase("grpc-infer-decoupled", "ModelInfer", grpc_ints("repeat", [1, 2])),
     GrpcCase("grpc-stream-decoupled", "ModelStreamInfer", [grpc_ints("repeat", [4, 5, 6], "r1")]),
