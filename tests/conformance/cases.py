@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import struct
 
 import numpy as np
@@ -75,7 +76,9 @@ def ensemble_body(rows: int = 1, outputs: list[str] | None = None) -> dict:
     return body
 
 
-SHM_INPUT_KEY, SHM_OUTPUT_KEY = "/serverless_triton_conformance_in", "/serverless_triton_conformance_out"
+# one pair per test run: two runs on one machine must not unlink each other's regions
+SHM_INPUT_KEY = f"/serverless_triton_conformance_in_{os.getpid()}"
+SHM_OUTPUT_KEY = f"/serverless_triton_conformance_out_{os.getpid()}"
 
 
 def shm_register(case: str, region: str, key: str, byte_size: int, offset: int = 0) -> HttpCase:

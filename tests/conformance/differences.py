@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.conformance.cases import SHM_INPUT_KEY
+
 TRITON_500 = ("Triton answers 500 (INTERNAL) to a request body it cannot read as a request; it is the client's "
               "error, so we answer 400 (INVALID_ARG), with our parser's words")
 TRITON_500_LOAD = ("Triton answers 500 (INTERNAL) when a load names a model, config or parameter it cannot use; it "
@@ -131,7 +133,7 @@ ERROR_ANSWERS: dict[str, tuple[int | str, str]] = {
     "http-sequence-id-not-a-number-or-string":
         (400, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
     "http-shm-register-unknown-key": (400, "Unable to open shared memory region: '/serverless_triton_no_such_key'"),
-    "http-shm-register-past-the-end": (400, "Invalid shared memory region: '/serverless_triton_conformance_in'"),
+    "http-shm-register-past-the-end": (400, f"Invalid shared memory region: '{SHM_INPUT_KEY}'"),
     "http-shm-register-path-trick": (400, "Unable to open shared memory region: '../../etc/passwd'"),
     "http-shm-infer-output-too-small":
         (400, "shared memory size specified with the request for output 'OUTPUT0' (8 bytes) should be at least 16 "
