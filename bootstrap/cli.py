@@ -145,6 +145,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         use_gpu=settings.use_gpu,
         server_name=settings.server_name,
         strict_readiness=settings.strict_readiness,
+        allow_client_shm=settings.allow_client_shm,
         cache_size_bytes=settings.response_cache_bytes,
         tensor_pool_bytes=settings.tensor_pool_bytes,
         frontend_processes=settings.frontend_processes,

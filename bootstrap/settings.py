@@ -197,6 +197,14 @@ class FunctionSettings:
                 "ready once the initial load finished",
         flags=_true_or_false_flag(
             "--strict-readiness", "ready only while every model is ready (default true, as Triton)"))
+    allow_client_shm: bool = setting(
+        False, key="server.allow_client_shm", check=boolean,
+        meaning="let clients register and unregister shared-memory regions (system and CUDA) for their inputs and "
+                "outputs, as Triton's `--allow-client-shm` (off by default since Triton 2.69: a client then gets "
+                "Triton's UNSUPPORTED error; the regions' status stays answerable); the server's own shared memory "
+                "(its workers' tensors) is not affected",
+        flags=_true_or_false_flag(
+            "--allow-client-shm", "clients may register shared-memory regions (default false, as Triton 2.69)"))
     header_timeout_seconds: float = setting(
         30.0, key="server.header_timeout_seconds", check=seconds,
         meaning="time to send a request's headers; also the idle keep-alive timeout and gRPC's connection "

@@ -15,7 +15,12 @@ from runtime.extensions.cuda_shared_memory import CudaSharedMemoryRegistry
 from runtime.extensions.custom_metrics import CustomMetrics
 from runtime.extensions.log_settings import ServerLog
 from runtime.extensions.response_cache import ResponseCache, through_cache
-from runtime.extensions.shared_memory import SharedMemoryRegistry, resolve_inputs, write_outputs
+from runtime.extensions.shared_memory import (
+    CLIENT_SHM_DISABLED,
+    SharedMemoryRegistry,
+    resolve_inputs,
+    write_outputs,
+)
 from runtime.extensions.tracing import Trace, Tracer
 from runtime.models.control import ModelControl
 from runtime.models.direct_serving import direct_models
@@ -52,7 +57,7 @@ class InferenceService:
     def __init__(self, manager: ModelManager, control: ModelControl | None = None, server_name: str = SERVER_NAME,
                  strict_readiness: bool = True, cache: ResponseCache | None = None,
                  tracer: Tracer | None = None, on_demand: OnDemandLoader | None = None,
-                 tensor_pool: TensorPool | None = None) -> None:
+                 tensor_pool: TensorPool | None = None, allow_client_shm: bool = False) -> None:
         self.manager = manager
         self.on_demand = on_demand  # model control on_demand: loads at first call, unloads idle or to make room
         self.control = control or ModelControl(manager)
@@ -66,6 +71,7 @@ class InferenceService:
         self.log = ServerLog()  # the logging extension
         self.shared_memory = SharedMemoryRegistry()  # the shared-memory regions clients registered, system and CUDA
         self.cuda_shared_memory = CudaSharedMemoryRegistry(self.shared_memory)
+        self.allow_client_shm = allow_client_shm  # clients may register regions (Triton 2.69: off by default)
         self.tensor_pool = tensor_pool  # shared memory large tensors are received into, read there by workers
         self.tracer = tracer or Tracer()  # the trace extension
         self.tracer.model_known = lambda name: name in self.manager.models
@@ -177,19 +183,29 @@ class InferenceService:
         return [row for row in rows if row.get("state") == "READY"] if ready_only else rows
 
     # -- shared memory -----------------------------------------------------------------
+    def check_client_shared_memory(self) -> None:
+        """Triton 2.69's default: registering and unregistering are refused until the server allows them (asked
+        before a registration's body is read, as Triton does, and again by each call below)."""
+        if not self.allow_client_shm:
+            raise Unsupported(CLIENT_SHM_DISABLED)
+
     def register_system_shared_memory(self, name: str, key: Any, offset: Any, byte_size: Any) -> None:
+        self.check_client_shared_memory()
         self.shared_memory.register(name, key, offset, byte_size)
 
     def unregister_system_shared_memory(self, name: str = "") -> None:
+        self.check_client_shared_memory()
         self.shared_memory.unregister(name)
 
     def system_shared_memory_status(self, name: str = "") -> list[dict]:
         return self.shared_memory.status(name)
 
     def register_cuda_shared_memory(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        self.check_client_shared_memory()
         self.cuda_shared_memory.register(name, raw_handle, device_id, byte_size)
 
     def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        self.check_client_shared_memory()
         self.cuda_shared_memory.unregister(name)
 
     def cuda_shared_memory_status(self, name: str = "") -> list[dict]:

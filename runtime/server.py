@@ -59,6 +59,7 @@ class ServerOptions:
     execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS
     server_name: str = "triton"
     strict_readiness: bool = True
+    allow_client_shm: bool = False  # clients may register shared-memory regions (Triton's --allow-client-shm)
     auto_complete_config: bool = True  # config-less Python and ONNX models; Triton's auto-complete runs
     shutdown_timeout: float = 30.0
     trace: TraceSettings = field(default_factory=TraceSettings)  # --trace-config
@@ -120,7 +121,7 @@ class Server:
         self.service = InferenceService(self.manager, self.control, options.server_name, options.strict_readiness,
                                         cache, Tracer(options.trace, export=trace_exporter(options.trace)),
                                         on_demand, TensorPool(options.tensor_pool_bytes) if options.tensor_pool_bytes
-                                        else None)
+                                        else None, allow_client_shm=options.allow_client_shm)
         self.exit_code = 0
 
     async def run(self, stop: asyncio.Event) -> int:

@@ -119,7 +119,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def server(repository: Path):
     """One real server (HTTP on a loopback port) for the whole session."""
-    process = ServerProcess(repository, "--device", "cpu").start()
+    process = ServerProcess(repository, "--device", "cpu", "--allow-client-shm", "true").start()
     yield process
     code = process.stop()
     assert code == 0, process.log()

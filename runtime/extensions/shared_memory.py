@@ -36,6 +36,10 @@ DEFAULT_MAX_REGIONS = 256
 DEFAULT_MAX_TOTAL_BYTES = 64 << 30
 
 
+# Triton 2.69's words (src/common.h) when a client registers or unregisters a region the server does not allow
+CLIENT_SHM_DISABLED = ("Client shared memory is disabled. Start the server with '--allow-client-shm=true' to "
+                       "enable.")
+
 class SharedRegion(Protocol):
     """A registered region of either kind, as the registry and the data path use it."""
 

@@ -159,6 +159,9 @@ class RemoteService:
     def repository_index(self, ready_only: bool = False) -> list[dict]:
         return self._blocking("repository_index", ready_only)
 
+    def check_client_shared_memory(self) -> None:
+        self._blocking("check_client_shared_memory")
+
     def register_system_shared_memory(self, name: str, key: Any, offset: Any, byte_size: Any) -> None:
         self._blocking("register_system_shared_memory", name, key, offset, byte_size)
 

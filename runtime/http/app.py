@@ -120,12 +120,14 @@ class V2Endpoints:
         return body
 
     async def register_system_shared_memory(self, request: Request) -> Response:
+        self.service.check_client_shared_memory()  # before the body, as Triton
         body = await self._registration(request, "'key', 'offset' and 'byte_size'")
         self.service.register_system_shared_memory(request.path_params["region"], body.get("key"),
                                                    body.get("offset", 0), body.get("byte_size"))
         return Response(status_code=200)
 
     async def unregister_system_shared_memory(self, request: Request) -> Response:
+        self.service.check_client_shared_memory()  # before the body, as Triton
         self.service.unregister_system_shared_memory(request.path_params.get("region", ""))
         return Response(status_code=200)
 
@@ -133,6 +135,7 @@ class V2Endpoints:
         return JSONResponse(self.service.system_shared_memory_status(request.path_params.get("region", "")))
 
     async def register_cuda_shared_memory(self, request: Request) -> Response:
+        self.service.check_client_shared_memory()  # before the body, as Triton
         body = await self._registration(request, "'raw_handle', 'device_id' and 'byte_size'")
         if "raw_handle" not in body:
             raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
@@ -143,6 +146,7 @@ class V2Endpoints:
         return Response(status_code=200)
 
     async def unregister_cuda_shared_memory(self, request: Request) -> Response:
+        self.service.check_client_shared_memory()  # before the body, as Triton
         self.service.unregister_cuda_shared_memory(request.path_params.get("region", ""))
         return Response(status_code=200)
 

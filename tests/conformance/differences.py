@@ -93,6 +93,10 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
     "trace front-end events": ("Triton's trace file also holds the front end's timestamps on a request's top-level "
                                "trace (HTTP_RECV_START/END, HTTP_SEND_START/END, GRPC_WAITREAD_START/END, "
                                "GRPC_SEND_START/END); ours holds the core's, REQUEST_START to REQUEST_END"),
+    "client shared memory": ("follows Triton 2.69: registering and unregistering a shared-memory region (system or "
+                             "CUDA) is refused (UNSUPPORTED: HTTP 501, gRPC UNIMPLEMENTED, 'Client shared memory is "
+                             "disabled...') unless the server runs with --allow-client-shm=true; 2.51 allows it "
+                             "always (the conformance suite runs ours with the flag)"),
 }
 
 

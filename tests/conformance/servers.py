@@ -118,7 +118,8 @@ def start_pair(repository: Path, workdir: Path, triton_args: tuple[str, ...] = (
     frontends = os.environ.get("CONFORMANCE_FRONTEND_PROCESSES")  # the suite against front-end processes
     if frontends:
         our_args = (*our_args, "--frontend-processes", frontends)
-    server = ServerProcess(ours, *our_args, log=workdir / "ours.log", strict=True)
+    # Triton 2.51 lets clients register shared memory; we follow 2.69, which does so only when allowed
+    server = ServerProcess(ours, *our_args, "--allow-client-shm", "true", log=workdir / "ours.log", strict=True)
     server.start(wait_ready=False)
     server.wait_for(wait_for)
     server.wait_loaded()  # Triton answers only once it has loaded its models; we answer at once

@@ -27,7 +27,8 @@ def served(tmp_path_factory):
         write_add_sub(repository, f"{backend}_cached", backend, "response_cache { enable: true }\n",
                       output0='label_filename: "labels.txt" ', files={"labels.txt": LABELS})
         write_add_sub(repository, f"{backend}_sequence", backend, "sequence_batching { }\n")
-    process = ServerProcess(repository, "--response-cache-byte-size", str(1 << 20), strict=True)
+    process = ServerProcess(repository, "--response-cache-byte-size", str(1 << 20), "--allow-client-shm", "true",
+                            strict=True)
     process.start(timeout=180)
     yield process
     assert process.stop() == 0, process.log()

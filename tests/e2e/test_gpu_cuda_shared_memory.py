@@ -45,7 +45,8 @@ def served(tmp_path_factory):
     build_linear_torchscript(repository / "simple_torch" / "1" / "model.pt")  # KIND_GPU, 4 -> 3 features
     write_model(repository, "simple", add_sub_config('platform: "onnxruntime_onnx"', "INT32"))
     build_add_sub_onnx(repository / "simple" / "1" / "model.onnx", datatype="INT32")
-    process = ServerProcess(repository, "--device", "gpu", log=Path(repository.parent) / "server.log").start(
+    process = ServerProcess(repository, "--device", "gpu", "--allow-client-shm", "true",
+                            log=Path(repository.parent) / "server.log").start(
         timeout=300)
     yield process
     assert process.stop() == 0, process.log()
@@ -162,7 +163,7 @@ def served_with_frontends(tmp_path_factory):
     repository = tmp_path_factory.mktemp("cudashm-frontends") / "models"
     write_model(repository, "simple", add_sub_config('platform: "onnxruntime_onnx"', "INT32"))
     build_add_sub_onnx(repository / "simple" / "1" / "model.onnx", datatype="INT32")
-    process = ServerProcess(repository, "--device", "gpu", "--frontend-processes", "2",
+    process = ServerProcess(repository, "--device", "gpu", "--frontend-processes", "2", "--allow-client-shm", "true",
                             log=Path(repository.parent) / "server.log").start(timeout=300)
     yield process
     assert process.stop() == 0, process.log()

@@ -33,7 +33,7 @@ B = np.array([10, 20, 30, 40], np.float32)
 @pytest.fixture
 def served(tmp_path):
     write_model(tmp_path / "models", "add_sub", CONFIG, {"1/model.py": PYTHON_ADD_SUB})
-    with ServerProcess(tmp_path / "models") as process:
+    with ServerProcess(tmp_path / "models", "--allow-client-shm", "true") as process:
         yield process
 
 
