@@ -167,8 +167,12 @@ class FunctionSettings:
                 "`nv_inference_first_response_histogram_ms` for decoupled models (off by default, as in Triton)",
         flags=[Flag("--metrics-config", "metrics, as Triton's flag: histogram_latencies=true|false (repeatable)",
                     metavar="<setting>=<value>", repeatable=True)])
-    max_request_bytes: int = setting(64 << 20, key="server.max_request_bytes", check=positive_int,
-                                     meaning="largest HTTP request body accepted (after decompression)")
+    max_request_bytes: int = setting(
+        64 << 20, key="server.max_request_bytes", check=positive_int,
+        meaning="largest HTTP request body accepted (after decompression; Triton 2.59's `--http-max-input-size`, "
+                "whose default is the same 64 MiB)",
+        flags=[Flag("--http-max-input-size", "largest HTTP request body, decompressed (default 64 MiB, as Triton)",
+                    int, metavar="BYTES")])
     grpc_max_message_bytes: int = setting(
         128 << 20, key="server.grpc_max_message_bytes", check=positive_int,
         meaning="largest gRPC message, each way (larger: RESOURCE_EXHAUSTED)")

@@ -105,3 +105,11 @@ def test_every_default_is_declared_once():
     fields = {item.name for item in dataclasses.fields(FunctionSettings)}
     declared_names = {name for name, _ in declared(FunctionSettings)}
     assert fields - declared_names == {"storage", "base_dir"}  # a nested section and function.yaml's folder
+
+
+def test_triton_s_newer_flags_set_their_settings(tmp_path):
+    """--allow-client-shm (2.69) and --http-max-input-size (2.59), written as Triton's docs write them."""
+    settings = parse_settings({}, tmp_path)
+    assert (settings.allow_client_shm, settings.max_request_bytes) == (False, 64 << 20)  # Triton's defaults
+    apply_settings_flags(settings, _run_args("--allow-client-shm=true", "--http-max-input-size=1048576"))
+    assert (settings.allow_client_shm, settings.max_request_bytes) == (True, 1 << 20)

@@ -27,7 +27,8 @@ _UNBOUNDED = contextlib.nullcontext()  # no deadline of its own (reusable)
 
 
 def _too_large(limit: int) -> ResourceExhausted:
-    return ResourceExhausted(f"request body is larger than the limit of {limit} bytes")
+    return ResourceExhausted(f"request body is larger than the limit of {limit} bytes. Use --http-max-input-size "
+                             "to increase the limit.")  # Triton 2.59's advice
 
 
 async def receive_asgi_body(
