@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -459,6 +459,31 @@ class InferenceRequest:
         return await asyncio.to_thread(_infer_on, _host(), self, decoupled)  # to_thread keeps the context
 
 
+class ResponseIterator:
+    """The responses of a decoupled BLS call, as they come (``exec(decoupled=True)``); ``cancel()`` asks the model
+    called to stop (it sees ``request.is_cancelled()``; the responses it still sends, its final one included, are
+    still given here), as python_backend 2.57 does. A cancel after the last response does nothing."""
+
+    def __init__(self, responses: Iterator[InferenceResponse], cancel: Callable[[], None] | None = None) -> None:
+        self._responses = responses
+        self._cancel = cancel
+        self._done = False
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        try:
+            return next(self._responses)
+        except StopIteration:
+            self._done = True
+            raise
+
+    def cancel(self) -> None:
+        if not self._done and self._cancel is not None:
+            self._cancel()
+
+
 def _infer_on(host: Host, request: InferenceRequest, decoupled: bool) -> Any:
     model_host.set_thread_host(host)
     return host.infer(request, decoupled)
@@ -593,6 +618,7 @@ class Metric:
 # modules it imports, none of the helpers and typing names this implementation needs.
 _TRITON_LISTING = (
     "InferenceRequest", "InferenceResponse", "Logger", "MetricFamily", "ModelConfig", "PreferredMemory",
+    "ResponseIterator",
     "TRITONSERVER_MEMORY_CPU", "TRITONSERVER_MEMORY_GPU", "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
     "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START", "TRITONSERVER_REQUEST_RELEASE_ALL",
     "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE", "TRITONSERVER_RESPONSE_COMPLETE_FINAL", "TRITON_STRING_TO_NUMPY",

@@ -50,6 +50,14 @@ class InferRequest:
     flags: int = 0  # the sequence's START (1) / END (2) flags for this request
     trace: Any = None  # its trace when sampled (runtime.extensions.tracing.Trace); an ensemble step: its parent's
     trace_context: str | None = None  # a W3C traceparent the client sent (continued in opentelemetry mode)
+    cancel_asked: bool = False  # its caller asked the model to stop (a BLS ResponseIterator's cancel())
+
+    def ask_cancel(self) -> None:
+        """Tell the decoupled model running this request to stop (it sees ``is_cancelled()``); unlike a client
+        going away, its responses still come, its final one included."""
+        self.cancel_asked = True
+        if self.stream is not None:
+            self.stream.cancel()
 
     def input_arrays(self) -> dict[str, np.ndarray]:
         return {tensor.name: tensor.data for tensor in self.inputs}

@@ -60,6 +60,7 @@ class PythonBackendHandler(ModelHandler):
         self.supervisor = WorkerSupervisor(self.label, self._new_worker, self.in_flight.end_streams)
         self._runner: ModelRunner | None = None
         self._in_process_lock = threading.Lock()  # Triton runs one execute at a time per instance
+        self._bls_calls: dict[tuple[int, int | None], InferRequest] = {}  # running BLS calls, by (link, call id)
         # the server's tensor pool: large inputs received there are read by the worker in place
         self._pool = context.services.tensor_pool if context.services is not None else None
         self._sends_bls = True  # whether the model may send BLS requests: no side door (direct_channel) then
@@ -259,6 +260,11 @@ class PythonBackendHandler(ModelHandler):
 
     async def _answer(self, link: WorkerLink, kind: str, call_id: int | None, message: tuple) -> None:
         services = self.context.services
+        if kind == "bls_cancel":  # the caller's ResponseIterator.cancel(): the model called is asked to stop
+            running = self._bls_calls.get((id(link), message[1]))
+            if running is not None:
+                running.ask_cancel()
+            return
         if kind == "bls":
             request, decoupled = message[2], message[3]
             if request.get("execution") == DIRECT_EXECUTION:  # from a request served through the side door
@@ -266,12 +272,17 @@ class PythonBackendHandler(ModelHandler):
                 request["execution"] = 0
             inputs = [(ref[0], link.memory.array(ref, copy=True)) for ref in request["inputs"]]
             link.release(request["inputs"])
-            async for result, final in bls.run(services, request, inputs, decoupled):
-                try:
-                    payload = encode_result(result, link.arena)
-                except MemoryError as exc:
-                    payload = error_result(f"BLS response does not fit in shared memory: {exc}")
-                link.reply(call_id, payload, final)
+            call = (id(link), call_id)
+            try:
+                async for result, final in bls.run(services, request, inputs, decoupled,
+                                                   lambda built: self._bls_calls.__setitem__(call, built)):
+                    try:
+                        payload = encode_result(result, link.arena)
+                    except MemoryError as exc:
+                        payload = error_result(f"BLS response does not fit in shared memory: {exc}")
+                    link.reply(call_id, payload, final)
+            finally:
+                self._bls_calls.pop(call, None)
             return
         try:
             value = await call_service(services, self.spec.name, kind, message[2], message[3])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -83,13 +83,16 @@ def _refuse_endless(services: ServerServices, chain: tuple[str, ...], target: st
                               f"waiting on this chain of BLS calls ({' -> '.join(chain)}): it would wait forever")
 
 
-async def run(services: ServerServices, message: dict, inputs: list[tuple[str, np.ndarray]],
-              decoupled: bool) -> AsyncIterator[tuple[Result | None, bool]]:
-    """Run one BLS request; yields (result, final) pairs (one pair unless the target is decoupled)."""
+async def run(services: ServerServices, message: dict, inputs: list[tuple[str, np.ndarray]], decoupled: bool,
+              started: Callable[[InferRequest], None] | None = None) -> AsyncIterator[tuple[Result | None, bool]]:
+    """Run one BLS request; yields (result, final) pairs (one pair unless the target is decoupled). ``started``
+    gets the core's request once it is built (a decoupled call's caller may ask it to stop: ``ask_cancel``)."""
     chain = tuple(message.get("chain", ()))
     timeout = int(message.get("timeout") or 0) / 1e6
     try:
         request = core_request(message, inputs, chain)
+        if started is not None:
+            started(request)
         _refuse_endless(services, chain, request.model_name, request.model_version)
         if not decoupled and services.is_decoupled(request.model_name, request.model_version):
             raise Unsupported(f"Model {request.model_name} is using the decoupled. The current BLS request call "

@@ -80,6 +80,8 @@ class RequestsInFlight:
             if self.decoupled and request.stream is not None:
                 self._streams[key] = (request.stream, arena, request_refs)
                 request.stream.on_cancel = lambda key=key: cancel(key)
+                if request.stream.cancelled:  # asked before it reached the worker
+                    cancel(key)
 
     def untrack(self, requests: list[InferRequest]) -> None:
         for request in requests:

@@ -68,7 +68,7 @@ class InProcessHost:
             return [pair async for pair in bls.run(self._services(), message, inputs, decoupled)]
 
         responses = [_response(result) for result, _ in self._await(collect()) if result is not None]
-        return iter(responses) if decoupled else responses[0]
+        return pb_utils.ResponseIterator(iter(responses)) if decoupled else responses[0]  # all came: no cancel
 
     def send(self, key: Any, response: pb_utils.InferenceResponse | None, flags: int) -> None:
         result = None if response is None else response_result(response, self.model)

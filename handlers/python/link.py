@@ -367,6 +367,8 @@ class WorkerLink:
             self.events.on_reschedule(message[1])
         elif kind in ("bls", "metric", "control"):
             self.events.on_call(self, kind, message[1], message)
+        elif kind == "bls_cancel" and len(message) == 2:  # a decoupled BLS call's cancel(): message[1] its call
+            self.events.on_call(self, kind, None, message)
         elif kind == "ready":
             self._ready.set_result(None)
         elif kind == "error":

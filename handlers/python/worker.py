@@ -178,7 +178,8 @@ class WorkerHost:
         self.send_message(("bls", call_id, message, decoupled))
         if not decoupled:
             return self._bls_response(self._answer(waiter))
-        return self._bls_stream(waiter)
+        return pb_utils.ResponseIterator(self._bls_stream(waiter),
+                                         lambda: self.send_message(("bls_cancel", call_id)))
 
     def _answer(self, waiter: Future) -> Any:
         """A call's reply, reading the connection while it has not come."""

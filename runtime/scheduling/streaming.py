@@ -37,6 +37,8 @@ async def stream_responses(model: ModelVersion, request: InferRequest, batch_siz
         return
     stream = ResponseStream(asyncio.get_running_loop())
     request.stream = stream
+    if request.cancel_asked:  # asked before its stream existed
+        stream.cancel()
     execution = asyncio.ensure_future(model.infer(request, batch_size))
     execution.add_done_callback(lambda done: _end_on_failure(done, stream))
     try:
