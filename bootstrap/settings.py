@@ -164,7 +164,8 @@ class FunctionSettings:
     metrics_config: tuple[str, ...] = setting(
         (), key="server.metrics_config", check=text_list("Triton's --metrics-config values"),
         meaning="as Triton's `--metrics-config` values: `histogram_latencies=true` adds "
-                "`nv_inference_first_response_histogram_ms` for decoupled models (off by default, as in Triton)",
+                "`nv_inference_first_response_histogram_ms` for every model (as Triton 2.65; off by default, as in "
+                "Triton; while on, every request goes through the core, the native lanes standing aside)",
         flags=[Flag("--metrics-config", "metrics, as Triton's flag: histogram_latencies=true|false (repeatable)",
                     metavar="<setting>=<value>", repeatable=True)])
     max_request_bytes: int = setting(

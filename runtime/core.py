@@ -57,7 +57,8 @@ class InferenceService:
     def __init__(self, manager: ModelManager, control: ModelControl | None = None, server_name: str = SERVER_NAME,
                  strict_readiness: bool = True, cache: ResponseCache | None = None,
                  tracer: Tracer | None = None, on_demand: OnDemandLoader | None = None,
-                 tensor_pool: TensorPool | None = None, allow_client_shm: bool = False) -> None:
+                 tensor_pool: TensorPool | None = None, allow_client_shm: bool = False,
+                 latency_histograms: bool = False) -> None:
         self.manager = manager
         self.on_demand = on_demand  # model control on_demand: loads at first call, unloads idle or to make room
         self.control = control or ModelControl(manager)
@@ -72,6 +73,9 @@ class InferenceService:
         self.shared_memory = SharedMemoryRegistry()  # the shared-memory regions clients registered, system and CUDA
         self.cuda_shared_memory = CudaSharedMemoryRegistry(self.shared_memory)
         self.allow_client_shm = allow_client_shm  # clients may register regions (Triton 2.69: off by default)
+        # Triton's histogram_latencies: every request's time to its first response is recorded (Triton 2.65: every
+        # model's, not only decoupled ones'); the lanes, which do not time each request, then stand aside
+        self.latency_histograms = latency_histograms
         self.tensor_pool = tensor_pool  # shared memory large tensors are received into, read there by workers
         self.tracer = tracer or Tracer()  # the trace extension
         self.tracer.model_known = lambda name: name in self.manager.models
@@ -285,7 +289,7 @@ class InferenceService:
     def direct_models(self) -> list[DirectModel]:
         """The model versions a front end may serve plain requests of itself; none while the core does something
         to every request (tracing, loading on demand) or is shutting down."""
-        if self.shutting_down or not self.tracer.idle or self.on_demand is not None:
+        if self.shutting_down or not self.tracer.idle or self.on_demand is not None or self.latency_histograms:
             return []
         return direct_models(self.manager)
 
@@ -314,9 +318,12 @@ class InferenceService:
             batch_size = validate_request(spec, request)
             if spec.reshapes_inputs:
                 _reshape_inputs(spec, request)
+            started = time.perf_counter() if self.latency_histograms else 0.0
             result = await self._run(model, request, batch_size)
             response = build_response(model, request, result)
             write_outputs(self.shared_memory, request, response)
+            if self.latency_histograms:
+                model.stats.record_response(True, (time.perf_counter() - started) * 1000)
             if trace is not None and trace.parent is None:  # an ensemble's step sends no response of its own
                 trace.event("INFER_RESPONSE_COMPLETE")
             return response
@@ -338,7 +345,8 @@ class InferenceService:
             resolve_inputs(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
-            decoupled, last = model.spec.decoupled, time.perf_counter() if model.spec.decoupled else 0.0
+            timed = model.spec.decoupled or self.latency_histograms  # a plain model's one response: if asked
+            last = time.perf_counter() if timed else 0.0
             first = True
             async for item in stream_responses(model, request, batch_size, build_response,
                                                lambda: self._run(model, request, batch_size)):
@@ -346,7 +354,7 @@ class InferenceService:
                     write_outputs(self.shared_memory, request, item.response)
                     if trace is not None and trace.parent is None:
                         trace.event("INFER_RESPONSE_COMPLETE")
-                    if decoupled:  # time to first response, then between responses (an LLM's tokens)
+                    if timed:  # time to first response, then between responses (an LLM's tokens)
                         now = time.perf_counter()
                         model.stats.record_response(first, (now - last) * 1000)
                         first, last = False, now

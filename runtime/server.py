@@ -121,7 +121,8 @@ class Server:
         self.service = InferenceService(self.manager, self.control, options.server_name, options.strict_readiness,
                                         cache, Tracer(options.trace, export=trace_exporter(options.trace)),
                                         on_demand, TensorPool(options.tensor_pool_bytes) if options.tensor_pool_bytes
-                                        else None, allow_client_shm=options.allow_client_shm)
+                                        else None, allow_client_shm=options.allow_client_shm,
+                                        latency_histograms=options.metrics_histograms)
         self.exit_code = 0
 
     async def run(self, stop: asyncio.Event) -> int:

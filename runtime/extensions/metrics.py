@@ -81,8 +81,7 @@ class ServerCollector:
             yield from _gpu_metrics()
         yield _batch_size_histogram(models)
         yield from _lane_metrics([model for model, _ in models])
-        decoupled = [model for model, _ in models if model.spec.decoupled]
-        yield from _latency_histograms(decoupled, self.histograms)
+        yield from _latency_histograms([model for model, _ in models], self.histograms)
         if self.on_demand is not None:
             yield from _on_demand_metrics(self.on_demand)
 
@@ -140,15 +139,18 @@ def _on_demand_metrics(loader: OnDemandLoader) -> Iterator[Metric]:
 
 
 def _latency_histograms(models: list[ModelVersion], triton_histograms: bool) -> Iterator[Metric]:
-    """Triton's time to first response of decoupled models (only when asked for, as Triton), and ours: the time
-    between their responses."""
+    """Triton's time to first response, of every model since Triton 2.65 (only when asked for, as Triton), and
+    ours: the time between a decoupled model's responses."""
     first = Metric("nv_inference_first_response_histogram_ms", "Duration from request to first response in "
                    "milliseconds", "histogram")
     between = Metric("serverless_triton_response_interval_ms", "Time between two responses of one request to a "
                      "decoupled model (an LLM's time per output chunk) in milliseconds", "histogram")
     for model in models:
-        for metric, snapshot in zip((first, between), model.stats.latency_histograms(), strict=True):
-            _histogram(metric, _labels(model), snapshot)
+        first_snapshot, between_snapshot = model.stats.latency_histograms()
+        if triton_histograms:
+            _histogram(first, _labels(model), first_snapshot)
+        if model.spec.decoupled:
+            _histogram(between, _labels(model), between_snapshot)
     if triton_histograms:
         yield first
     yield between

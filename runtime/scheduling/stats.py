@@ -201,8 +201,8 @@ class ModelStatistics:
             self.last_inference_ns = max(self.last_inference_ns, last_wall_ns)
 
     def record_response(self, first: bool, milliseconds: float) -> None:
-        """A decoupled model's response: ``milliseconds`` since its request began (the first) or since the previous
-        response (the others)."""
+        """A response: ``milliseconds`` since its request began (the first; any model's, with Triton's latency
+        histograms on) or since the previous response (the others: a decoupled model's)."""
         with self._lock:
             (self.first_response if first else self.response_interval).observe(milliseconds)
 
