@@ -162,7 +162,8 @@ class ProtocolAdapters:
             return False
         self.http1 = AdoptedHttp1(rest_app, settings.http_limits)
         # the native edge takes a gRPC client's connections itself (grpcio's thread-pool server cannot)
-        self.acceptor = PortAcceptor(port, getattr(self.grpc, "adopt_connection", None), self.http1.adopt, ours)
+        self.acceptor = PortAcceptor(port, getattr(self.grpc, "adopt_connection", None), self.http1.adopt, ours,
+                                     self.http1.out_of_descriptors)
         self.acceptor.start()
         logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c), gRPC on the same port (haproxy)", settings.host,
                     settings.http_port)

@@ -14,8 +14,10 @@ uvicorn's server is not used, only its protocol; the bounds granian keeps on the
   may hold at most ``MAX_HEADER_BYTES`` (431 beyond); an idle keep-alive connection is closed after the same time;
 - at most ``max_connections`` connections are served at once; past that a new one waits (unread) for room, which
   is made by closing the oldest connections that never completed a request's headers and are ``MIN_AGE_SECONDS``
-  old (as granian's ``shedding.py`` does on the two ports); connections served and waiting together keep
-  ``FD_RESERVE`` descriptors of the open-file limit free for models, files and pipes (one past that is closed);
+  old (as granian's ``shedding.py`` does on the two ports); those served keep ``FD_RESERVE`` descriptors of the
+  open-file limit free for models, files and pipes, and waiting ones may take half of that (one past it is
+  closed); where the port cannot accept for want of descriptors, the oldest of those still in their headers are
+  closed too;
 - bodies and answers keep the application's own deadlines and bounds (``body.py``, ``sending.py``);
 - :meth:`AdoptedHttp1.stop` closes idle connections, lets the requests under way finish (their connections close
   after the answer), then closes what is left.
@@ -141,8 +143,10 @@ class AdoptedHttp1:
         self.state = ServerState()
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         fd_limit = soft if soft != resource.RLIM_INFINITY else 1 << 20
-        self.held_cap = max(1, fd_limit - FD_RESERVE)  # connections served and waiting, together
-        self.served_cap = max(1, min(limits.max_connections, self.held_cap))
+        # connections served at once, and served and waiting together: waiting ones get half of the reserve, so
+        # that one can wait while the oldest silent connections age enough to be closed for it
+        self.served_cap = max(1, min(limits.max_connections, fd_limit - FD_RESERVE))
+        self.held_cap = max(self.served_cap + 1, fd_limit - FD_RESERVE // 2)
         self.connections: dict[BoundedHttp1Protocol, None] = {}  # served now, in the order they came
         self.waiting: deque[tuple[float, socket.socket]] = deque()  # past served_cap, the oldest first
         self.shed_total = 0
@@ -178,6 +182,11 @@ class AdoptedHttp1:
             self.waiting.pop()[1].close()  # no descriptor to spare for it: as a full backlog would
         if self.waiting and self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(MIN_AGE_SECONDS / 4, self._retry_admit)
+
+    def out_of_descriptors(self) -> None:
+        """The port could not accept (no descriptor left, the rest of the process holding more than the reserve):
+        close the oldest connections still sending their first headers, a sixteenth of those served at most."""
+        self._shed(max(8, self.served_cap // 16), time.monotonic())
 
     def _retry_admit(self) -> None:
         self._retry = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 from collections.abc import Callable
@@ -57,7 +58,10 @@ class PortAcceptor:
     ``http2_client``, else to HAProxy's end of ``proxy_channel`` (see the module). Event loop only."""
 
     def __init__(self, listener: socket.socket, adopt_grpc: Callable[[int], bool] | None,
-                 adopt_http1: Callable[[socket.socket], None], proxy_channel: socket.socket) -> None:
+                 adopt_http1: Callable[[socket.socket], None], proxy_channel: socket.socket,
+                 out_of_descriptors: Callable[[], None] | None = None) -> None:
+        """``out_of_descriptors``: called when an accept fails for want of a descriptor (to close idle ones)."""
+        self.out_of_descriptors = out_of_descriptors
         self.listener = listener
         self.adopt_grpc = adopt_grpc
         self.adopt_http1 = adopt_http1
@@ -92,6 +96,8 @@ class PortAcceptor:
                 return
             except OSError as exc:  # out of descriptors: the backlog holds the rest until one is free
                 logger.warning("the port cannot accept a connection now: %s", exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self.out_of_descriptors is not None:
+                    self.out_of_descriptors()
                 self._pause()
                 return
             self._hand_on(connection)

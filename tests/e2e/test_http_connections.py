@@ -4,6 +4,7 @@ one port (``--single-port``: HTTP/1.1 served in the server's own process, h2c th
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 
@@ -125,6 +126,8 @@ def test_at_the_descriptor_limit_the_oldest_stalled_connections_make_room(tmp_pa
     probe and an authenticated infer waited out the 30 s header timeout. The oldest ones still in their headers are
     closed now, so new clients get in within seconds."""
     with _FewDescriptors(_repository(tmp_path), "--auth-token", TOKEN, *MODES[mode]) as process:
+        if mode == "one port" and shutil.which("haproxy"):
+            assert "(haproxy)" in process.log(), process.log()  # not hypercorn's fallback, which sheds nothing
         stalled = _open(process.http_port, 252, b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\n")
         try:
             time.sleep(0.5)
