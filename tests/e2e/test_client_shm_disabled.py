@@ -14,30 +14,13 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from runtime.extensions.shared_memory import CLIENT_SHM_DISABLED
-from tests.support import ServerProcess, write_model
-
-CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-parameters { key: "isolation" value { string_value: "thread" } }
-"""
-ECHO = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN")
-                                                            .as_numpy())]) for r in requests]
-"""
+from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source, write_model
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repository = tmp_path_factory.mktemp("client-shm-off") / "models"
-    write_model(repository, "echo", CONFIG, {"1/model.py": ECHO})
+    write_model(repository, "echo", IDENTITY_PYTHON_CONFIG, {"1/model.py": python_model_source("return [None]")})
     with ServerProcess(repository) as process:  # no --allow-client-shm: Triton 2.69's default
         yield process
 
