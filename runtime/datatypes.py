@@ -147,8 +147,13 @@ def array_from_buffer(datatype: str, shape: Sequence[int], buffer: bytes | memor
     return np.frombuffer(buffer, dtype=wire_dtype(datatype)).reshape(shape)
 
 
+MAX_JSON_NESTING_DEPTH = 100  # Triton 2.58 (server #8172): a tensor's data nested deeper is refused
+JSON_TOO_DEEP = f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_NESTING_DEPTH})"
+
+
 def _flatten(data: object) -> list:
-    """Flatten nested JSON lists iteratively (no recursion on attacker-controlled depth)."""
+    """Flatten nested JSON lists iteratively (no recursion on attacker-controlled depth); lists nested more than
+    ``MAX_JSON_NESTING_DEPTH`` deep below the outermost are refused in Triton's words."""
     if not isinstance(data, list):
         return [data]
     flat: list = []
@@ -157,6 +162,8 @@ def _flatten(data: object) -> list:
         for item in stack[-1]:
             if isinstance(item, list):
                 stack.append(iter(item))
+                if len(stack) > MAX_JSON_NESTING_DEPTH:
+                    raise InvalidArgument(JSON_TOO_DEEP)
                 break
             flat.append(item)
         else:

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import simdjson
 
-from runtime.datatypes import array_from_values, element_count, numpy_dtype
+from runtime.datatypes import MAX_JSON_NESTING_DEPTH, array_from_values, element_count, numpy_dtype
 from runtime.errors import InvalidArgument
 
 _SLICE_BYTES = 1 << 20
@@ -65,6 +65,8 @@ def _parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int)
     if data[start : start + 1] != b"[" or data[end - 1 : end] != b"]":
         raise _NotFast
     if data.find(b"[", start + 1, end) >= 0:  # nesting only groups: the commas still separate (memchr, not count)
+        if _too_deep(data, start, end):
+            raise _NotFast  # the generic path refuses it in Triton's words
         data = b"[" + data[start:end].translate(None, b"[]") + b"]"
         start, end = 0, len(data)
     if count > (end - start - 1) // 2:  # n numbers take at least 2n + 1 bytes: never allocate what the shape claims
@@ -89,6 +91,16 @@ def _parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int)
     if filled != count:
         raise _NotFast
     return out
+
+
+def _too_deep(data: bytes, start: int, end: int) -> bool:
+    """Whether the arrays of numbers in ``data[start:end]`` nest deeper than Triton allows: only counted (once,
+    vectorized) where there are more brackets than that depth."""
+    if data.count(b"[", start, end) <= MAX_JSON_NESTING_DEPTH:
+        return False
+    window = np.frombuffer(data, np.uint8, end - start, start)
+    depth = np.cumsum((window == ord("[")).astype(np.int32) - (window == ord("]")))
+    return int(depth.max()) > MAX_JSON_NESTING_DEPTH
 
 
 def _flat_array_end(data: bytes, start: int) -> int:

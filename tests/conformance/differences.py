@@ -97,6 +97,8 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
                              "CUDA) is refused (UNSUPPORTED: HTTP 501, gRPC UNIMPLEMENTED, 'Client shared memory is "
                              "disabled...') unless the server runs with --allow-client-shm=true; 2.51 allows it "
                              "always (the conformance suite runs ours with the flag)"),
+    "JSON nesting depth": ("follows Triton 2.58: a tensor's JSON data nested more than 100 levels deep is refused "
+                           "(400, 'JSON nesting depth exceeds maximum allowed limit (100)'); 2.51 accepts any depth"),
 }
 
 

@@ -9,7 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support import raw_http
+from tests.support import IDENTITY_PYTHON_CONFIG, ServerProcess, python_model_source, raw_http, write_model
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +239,23 @@ def test_server_keeps_serving_after_bad_input(http):
         _infer(http, "simple_onnx", body)
     assert http.get("/v2/health/live").status_code == 200
     assert _infer(http, "simple_onnx", {"inputs": _good_inputs()}).status_code == 200
+
+
+@pytest.mark.parametrize("datatype, value", [("FP32", "1.5"), ("BYTES", '"hello"')])
+def test_data_nested_past_tritons_depth_limit_is_refused(tmp_path, datatype, value):
+    """Triton 2.58 (server #8172, qa/L0_http test_json_recursion_depth_limit): 100 levels of nesting are served,
+    101 refused with its words; the numeric fast path and the generic one alike."""
+    config = IDENTITY_PYTHON_CONFIG.replace("TYPE_FP32", f"TYPE_{'STRING' if datatype == 'BYTES' else 'FP32'}")
+    write_model(tmp_path / "models", "nested", config, {"1/model.py": python_model_source(
+        "return [pb_utils.InferenceResponse([pb_utils.Tensor('OUT', pb_utils.get_input_tensor_by_name(r, 'IN')"
+        ".as_numpy())]) for r in requests]")})
+    with ServerProcess(tmp_path / "models") as server:
+        for depth, served in ((1, True), (100, True), (101, False), (120, False)):
+            data = "[" * depth + value + "]" * depth
+            body = '{"inputs":[{"name":"IN","datatype":"' + datatype + '","shape":[1],"data":' + data + "}]}"
+            answer = httpx.post(f"http://{server.http_url}/v2/models/nested/infer", content=body)
+            if served:
+                assert answer.status_code == 200, (depth, answer.text)
+            else:
+                assert answer.status_code == 400, (depth, answer.text)
+                assert "JSON nesting depth exceeds maximum allowed limit (100)" in answer.json()["error"]
