@@ -15,9 +15,11 @@ from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOut
 
 def build_response(model: ModelVersion, request: InferRequest, arrays: dict[str, np.ndarray],
                    complete: bool = True) -> InferResponse:
-    """The response built from a model's outputs; ``complete``: every requested output must be there
-    (a decoupled model's responses may each carry some of them)."""
+    """The response built from a model's outputs; ``complete``: every requested output must be there (a decoupled
+    model's responses may each carry some of them; since Triton 2.52 an ensemble leaves out the outputs its
+    composing models did not produce, and its steps ask for theirs so)."""
     spec = model.spec
+    complete = complete and not (request.outputs_optional or spec.is_ensemble)
     wanted = (_in_config_order(spec, request.outputs) if request.outputs
               else [(name, None) for name in _output_names(spec, arrays)])
     reshaped = spec.reshaped_outputs

@@ -51,6 +51,7 @@ class InferRequest:
     trace: Any = None  # its trace when sampled (runtime.extensions.tracing.Trace); an ensemble step: its parent's
     trace_context: str | None = None  # a W3C traceparent the client sent (continued in opentelemetry mode)
     cancel_asked: bool = False  # its caller asked the model to stop (a BLS ResponseIterator's cancel())
+    outputs_optional: bool = False  # an ensemble step's: outputs its model did not produce are left out (Triton 2.52)
 
     def ask_cancel(self) -> None:
         """Tell the decoupled model running this request to stop (it sees ``is_cancelled()``); unlike a client

@@ -178,7 +178,8 @@ class EnsembleScheduler:
                     return
                 if waiting:  # the graph was checked at load: never here
                     raise ServingError(f"ensemble '{self.spec.name}' cannot run its remaining steps")
-                emit(ModelOutputs({t.name: tensors[t.name][1] for t in self.spec.outputs}, dict(RESPONSE_PARAMETERS)))
+                emit(ModelOutputs({t.name: tensors[t.name][1] for t in self.spec.outputs if t.name in tensors},
+                                  dict(RESPONSE_PARAMETERS)))  # one no step produced is left out (Triton 2.52)
                 return
         finally:
             for task in running:
@@ -214,7 +215,7 @@ class EnsembleScheduler:
         return InferRequest(model_name=step.model_name, model_version=_version_text(step), id=request.id,
                             inputs=inputs, outputs=[RequestedOutput(name) for name in step.output_map],
                             parameters=dict(request.parameters), bls_chain=request.bls_chain,
-                            caller_execution=request.caller_execution, trace=request.trace)
+                            caller_execution=request.caller_execution, trace=request.trace, outputs_optional=True)
 
     async def _run_step(self, step: EnsembleStep, tensors: Tensors, request: InferRequest) -> Tensors:
         response = await self.services.infer(self._step_request(step, tensors, request))

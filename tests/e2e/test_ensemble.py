@@ -20,7 +20,7 @@ from runtime.errors import ModelLoadError
 from runtime.models.config import parse_model_config
 from runtime.scheduling.ensemble import check_composing_models
 from runtime.scheduling.ensemble_config import load_order
-from tests.support import ServerProcess, write_model
+from tests.support import ServerProcess, python_model_source, write_model
 
 WIDTH, CLASSES = 16, 4
 LABELS = ["circle", "square", "stripe", "noise"]
@@ -490,3 +490,43 @@ def test_checks_against_the_composing_models(step, model_config, words):
     with pytest.raises(ModelLoadError) as error:
         check_composing_models(ensemble, lambda name, version: composing if name == "m" else None)
     assert words in str(error.value)
+
+
+HALF_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "A" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "B" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+HALF = python_model_source("return [pb_utils.InferenceResponse([pb_utils.Tensor('A', "
+                           "pb_utils.get_input_tensor_by_name(r, 'IN').as_numpy())]) for r in requests]")
+HALF_ENSEMBLE_CONFIG = """
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "YA" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "YB" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [ { model_name: "half" model_version: -1 input_map { key: "IN" value: "X" }
+                               output_map [ { key: "A" value: "YA" }, { key: "B" value: "YB" } ] } ] }
+"""
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_output_no_step_produced_is_left_out(tmp_path, protocol):
+    """Triton 2.52 (core #399): the ensemble answers with the outputs its composing models produced (2.51 failed
+    the request); a model asked directly for an output it does not produce still fails, as in Triton."""
+    root = tmp_path / "models"
+    write_model(root, "half", HALF_CONFIG, {"1/model.py": HALF})
+    write_model(root, "half_ensemble", HALF_ENSEMBLE_CONFIG)
+    (root / "half_ensemble" / "1").mkdir()
+    module = httpclient if protocol == "http" else grpcclient
+    with ServerProcess(root) as process:
+        client = module.InferenceServerClient(process.http_url if protocol == "http" else process.grpc_url)
+        tensor = module.InferInput("X", [2], "FP32")
+        tensor.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
+        for outputs in (None, [module.InferRequestedOutput("YA"), module.InferRequestedOutput("YB")]):
+            answer = client.infer("half_ensemble", [tensor], outputs=outputs)
+            assert answer.as_numpy("YA").tolist() == [1.0, 2.0] and answer.as_numpy("YB") is None
+        direct = module.InferInput("IN", [2], "FP32")
+        direct.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
+        with pytest.raises(InferenceServerException, match="did not produce output 'B'"):
+            client.infer("half", [direct], outputs=[module.InferRequestedOutput("B")])
