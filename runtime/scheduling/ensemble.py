@@ -23,6 +23,7 @@ from runtime.handler import ServerServices
 from runtime.models.model import ModelState, ModelVersion
 from runtime.models.spec import ModelSpec, TensorSpec
 from runtime.scheduling.ensemble_config import EnsembleStep, composing_models
+from runtime.scheduling.ensemble_inflight import StepSlots
 from runtime.scheduling.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor, ModelOutputs, RequestedOutput, StreamItem
 
@@ -119,6 +120,7 @@ class EnsembleScheduler:
         self.spec = spec
         self.services = services
         self.stats = stats
+        self.slots = StepSlots(spec.name, spec.steps, int(spec.proto.ensemble_scheduling.max_inflight_requests))
 
     @property
     def pending(self) -> int:
@@ -190,14 +192,15 @@ class EnsembleScheduler:
         """Run a decoupled step; each of its responses continues the graph in a branch of its own."""
         branches: list[asyncio.Task] = []
         try:
-            async for item in self.services.infer_stream(self._step_request(step, tensors, request)):
-                if item.error is not None:
-                    raise _as_serving_error(item.error)
-                if item.response is not None:
-                    produced = {step.output_map[o.name]: (o.datatype, o.data) for o in item.response.outputs
-                                if o.name in step.output_map}
-                    branches.append(asyncio.create_task(
-                        self._branch(request, tensors | produced, list(waiting), emit)))
+            async with self.slots.held(step):  # the step's request is in flight until its last response
+                async for item in self.services.infer_stream(self._step_request(step, tensors, request)):
+                    if item.error is not None:
+                        raise _as_serving_error(item.error)
+                    if item.response is not None:
+                        produced = {step.output_map[o.name]: (o.datatype, o.data) for o in item.response.outputs
+                                    if o.name in step.output_map}
+                        branches.append(asyncio.create_task(
+                            self._branch(request, tensors | produced, list(waiting), emit)))
             for branch in branches:
                 await branch
         finally:
@@ -218,7 +221,8 @@ class EnsembleScheduler:
                             caller_execution=request.caller_execution, trace=request.trace, outputs_optional=True)
 
     async def _run_step(self, step: EnsembleStep, tensors: Tensors, request: InferRequest) -> Tensors:
-        response = await self.services.infer(self._step_request(step, tensors, request))
+        async with self.slots.held(step):
+            response = await self.services.infer(self._step_request(step, tensors, request))
         return {step.output_map[output.name]: (output.datatype, output.data) for output in response.outputs}
 
     async def close(self) -> None:

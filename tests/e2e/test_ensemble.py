@@ -4,6 +4,7 @@ and the checks of a graph."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import queue
 import threading
 import time
@@ -530,3 +531,56 @@ def test_an_output_no_step_produced_is_left_out(tmp_path, protocol):
         direct.set_data_from_numpy(np.array([1.0, 2.0], np.float32))
         with pytest.raises(InferenceServerException, match="did not produce output 'B'"):
             client.infer("half", [direct], outputs=[module.InferRequestedOutput("B")])
+
+
+COUNTING_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 4 kind: KIND_CPU } ]
+parameters { key: "isolation" value { string_value: "thread" } }
+"""
+# Each execute notes how many executes run at that moment (a file each in a folder), then takes 0.3 s.
+COUNTING = python_model_source("""
+folder = os.environ["COUNTING_DIR"]
+mine = os.path.join(folder, "running", f"{os.getpid()}-{id(requests)}-{time.monotonic_ns()}")
+open(mine, "w").close()
+with open(os.path.join(folder, "seen"), "a") as seen:
+    seen.write(f"{len(os.listdir(os.path.join(folder, 'running')))}\\n")
+time.sleep(0.3)
+os.remove(mine)
+return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+        for r in requests]
+""")
+LIMITED_ENSEMBLE_CONFIG = """
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { %s step [ { model_name: "counting" model_version: -1 input_map { key: "IN" value: "X" }
+                                 output_map { key: "OUT" value: "Y" } } ] }
+"""
+
+
+@pytest.mark.parametrize("limit", [2, 0])
+def test_max_inflight_requests_bounds_a_steps_requests_across_the_ensembles_requests(tmp_path, limit):
+    """Triton 2.63/2.68 (core #455, #482): 6 requests at once to an ensemble whose step model has 4 instances; with
+    max_inflight_requests 2 at most 2 of the step's requests are in flight at any time, and with none (0) more are."""
+    root = tmp_path / "models"
+    (tmp_path / "count" / "running").mkdir(parents=True)
+    write_model(root, "counting", COUNTING_CONFIG, {"1/model.py": COUNTING})
+    write_model(root, "limited", LIMITED_ENSEMBLE_CONFIG % (f"max_inflight_requests: {limit}" if limit else ""))
+    (root / "limited" / "1").mkdir()
+    with ServerProcess(root, env={"COUNTING_DIR": str(tmp_path / "count")}) as process:
+        def ask(value: float) -> list[float]:
+            client = httpclient.InferenceServerClient(process.http_url)
+            tensor = httpclient.InferInput("X", [1], "FP32")
+            tensor.set_data_from_numpy(np.array([value], np.float32))
+            return client.infer("limited", [tensor]).as_numpy("Y").tolist()
+
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            assert list(pool.map(ask, range(6))) == [[float(v)] for v in range(6)]
+    seen = [int(line) for line in (tmp_path / "count" / "seen").read_text().split()]
+    assert len(seen) == 6
+    assert max(seen) <= 2 if limit else max(seen) > 2, seen
