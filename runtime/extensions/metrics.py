@@ -49,6 +49,7 @@ _MODEL_METRICS: tuple[tuple[str, str, str, Callable[[ModelVersion, dict], float]
      lambda m, s: s["inference_stats"]["compute_output"]["ns"] // 1000),
     ("nv_inference_pending_request_count", "gauge",
      "Instantaneous number of pending requests awaiting execution per-model.", lambda m, s: m.pending),
+    ("nv_model_load_duration_secs", "gauge", "Model load time in seconds", lambda m, s: m.load_seconds),
 )
 
 

@@ -219,10 +219,11 @@ class ModelManager(LoadedModels):
         await asyncio.to_thread(model_version.load, contexts)
         if model_version.loaded:
             model_version.start()
+            model_version.load_seconds = time.perf_counter() - started
             logger.info(
                 "loaded model '%s' version %d (%s, %d instance(s) on %s) in %.2fs",
                 spec.name, version, spec.handler, len(model_version.instances),
-                model_version.device, time.perf_counter() - started,
+                model_version.device, model_version.load_seconds,
             )
         else:
             logger.error("model '%s' version %d UNAVAILABLE: %s", spec.name, version, model_version.reason)

@@ -55,6 +55,7 @@ class ModelVersion:
     stats: ModelStatistics = field(default_factory=ModelStatistics)
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> its class labels (label_filename)
     model_dir: Path | None = None  # the model's folder (label files are read from it)
+    load_seconds: float = 0.0  # how long its load took (Triton 2.52's nv_model_load_duration_secs)
     scheduler: Scheduler | SequenceScheduler | None = field(default=None, repr=False)
     _executor: ThreadPoolExecutor | None = field(default=None, repr=False)
     _in_flight: int = 0

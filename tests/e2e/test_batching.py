@@ -312,6 +312,8 @@ def test_metrics_endpoint(batch_server):
     assert lines[f"nv_inference_count{labels}"] >= lines[f"nv_inference_exec_count{labels}"]
     assert lines[f"nv_inference_request_duration_us{labels}"] > 0
     assert "# TYPE nv_inference_queue_duration_us counter" in text
+    # Triton 2.52 (core #397): how long each loaded model version took to load
+    assert "# TYPE nv_model_load_duration_secs gauge" in text and 0 < lines[f"nv_model_load_duration_secs{labels}"] < 60
     bucket_one = lines['serverless_triton_batch_size_bucket{model="batched_onnx",version="1",le="1"}']
     total = lines['serverless_triton_batch_size_count{model="batched_onnx",version="1"}']
     assert total > bucket_one  # some executions had batches larger than 1
