@@ -20,7 +20,7 @@ from runtime.models.warmup import run_warmup
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS, SequenceScheduler
-from runtime.scheduling.stats import FailureReason, ModelStatistics
+from runtime.scheduling.stats import FailureReason, LatencyHistogram, ModelStatistics, configured_buckets
 from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest
 
@@ -63,6 +63,10 @@ class ModelVersion:
 
     def __post_init__(self) -> None:
         self._drained.set()  # nothing in flight until the first request
+        proto = self.spec.proto
+        buckets = configured_buckets(proto.model_metrics, self.spec.name) if proto is not None else None
+        if buckets is not None:
+            self.stats.first_response = LatencyHistogram(buckets)
 
     @property
     def name(self) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runtime.direct_path import ServedRows
@@ -45,6 +47,27 @@ class BatchStats:
 # Triton's default buckets of nv_inference_first_response_histogram_ms, and ours for the time between responses.
 FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
 RESPONSE_INTERVAL_BUCKETS_MS = (1.0, 5.0, 10.0, 50.0, 100.0, 500.0)
+
+
+logger = logging.getLogger(__name__)
+FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
+
+
+def configured_buckets(model_metrics: Any, model: str) -> tuple[float, ...] | None:
+    """A config's ``model_metrics`` buckets for the first-response histogram (Triton 2.52, core #405; the one
+    histogram Triton lets a model customize), sorted; None where it sets none. Another family is warned of and
+    ignored, as Triton does."""
+    found = None
+    for control in model_metrics.metric_control:
+        family = control.metric_identifier.family
+        if family != FIRST_RESPONSE_FAMILY:
+            logger.warning("model '%s': metric family '%s' in 'metric_identifier' is not a customizable metric",
+                           model, family)
+            continue
+        buckets = sorted({float(b) for b in control.histogram_options.buckets if math.isfinite(b)})
+        if buckets:
+            found = tuple(buckets)
+    return found
 
 
 @dataclass

@@ -61,3 +61,25 @@ def test_off_unless_asked_for(tmp_path, setting):
     with _serve(tmp_path, *setting) as server:
         _ask(server, "http")
         assert _histogram(server) == {}
+
+
+def test_a_models_config_sets_its_buckets(tmp_path):
+    """Triton 2.52 (core #405): model_metrics { metric_control { metric_identifier { family } histogram_options
+    { buckets } } } replaces the default buckets (100, 500, 2000, 5000) for that model."""
+    config = IDENTITY_PYTHON_CONFIG + """
+    model_metrics { metric_control [ { metric_identifier { family: "nv_inference_first_response_histogram_ms" }
+                                       histogram_options { buckets: [ 1000, 50, 1 ] } } ] }
+    """
+    write_model(tmp_path / "models", "slow", config, {"1/model.py": SLOW})
+    with ServerProcess(tmp_path / "models", "--metrics-config", "histogram_latencies=true", strict=True) as server:
+        _ask(server, "http")
+        text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    counts = _histogram_buckets(text)
+    assert list(counts) == ["1", "50", "1000", "+Inf"]
+    assert counts == {"1": 0, "50": 0, "1000": 1, "+Inf": 1}  # one request of about 200 ms
+
+
+def _histogram_buckets(text: str) -> dict[str, float]:
+    return {sample.labels["le"]: sample.value for family in text_string_to_metric_families(text)
+            if family.name == HISTOGRAM for sample in family.samples
+            if sample.name.endswith("_bucket") and sample.labels["model"] == "slow"}
