@@ -17,7 +17,9 @@ from runtime.extensions.log_settings import ServerLog
 from runtime.extensions.response_cache import ResponseCache, through_cache
 from runtime.extensions.shared_memory import (
     CLIENT_SHM_DISABLED,
+    NOTHING_HELD,
     SharedMemoryRegistry,
+    hold_regions,
     resolve_inputs,
     write_outputs,
 )
@@ -306,6 +308,7 @@ class InferenceService:
         """One request, one response (a decoupled model's responses need :meth:`infer_stream`)."""
         self.in_flight += 1
         trace = None
+        let_go = NOTHING_HELD
         try:
             model = self._served(request) or await self._load_on_demand(request)
             spec = model.spec
@@ -315,6 +318,7 @@ class InferenceService:
                 raise Unsupported(f"model '{model.name}' uses the decoupled transaction policy: its responses "
                                   "come only through a stream")
             resolve_inputs(self.shared_memory, request)
+            let_go = hold_regions(self.shared_memory, request)
             batch_size = validate_request(spec, request)
             if spec.reshapes_inputs:
                 _reshape_inputs(spec, request)
@@ -328,6 +332,7 @@ class InferenceService:
                 trace.event("INFER_RESPONSE_COMPLETE")
             return response
         finally:
+            let_go()  # the regions it held: one unregistered meanwhile goes now
             self.in_flight -= 1
             self.last_activity = time.monotonic()
             if trace is not None:
@@ -339,10 +344,12 @@ class InferenceService:
         final) for a decoupled model.  Lookup and validation errors raise before the first response."""
         self.in_flight += 1
         trace = None
+        let_go = NOTHING_HELD
         try:
             model = self._served(request) or await self._load_on_demand(request)
             trace = request.trace = self._start_trace(model, request)
             resolve_inputs(self.shared_memory, request)
+            let_go = hold_regions(self.shared_memory, request)
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
             timed = model.spec.decoupled or self.latency_histograms  # a plain model's one response: if asked
@@ -360,6 +367,7 @@ class InferenceService:
                         first, last = False, now
                 yield item
         finally:
+            let_go()  # the regions it held: one unregistered meanwhile goes now
             self.in_flight -= 1
             self.last_activity = time.monotonic()
             if trace is not None:

@@ -52,6 +52,7 @@ class InferRequest:
     trace_context: str | None = None  # a W3C traceparent the client sent (continued in opentelemetry mode)
     cancel_asked: bool = False  # its caller asked the model to stop (a BLS ResponseIterator's cancel())
     outputs_optional: bool = False  # an ensemble step's: outputs its model did not produce are left out (Triton 2.52)
+    output_regions: dict[str, Any] = field(default_factory=dict)  # output -> the shared-memory region it is held in
 
     def ask_cancel(self) -> None:
         """Tell the decoupled model running this request to stop (it sees ``is_cancelled()``); unlike a client

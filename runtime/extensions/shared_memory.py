@@ -4,8 +4,9 @@ instead of into the response).
 
 A key names a POSIX shared-memory object only (``/name``: one leading slash, no other, no ``.``/``..``, never
 a path), opened without following links and never mapped (see :class:`Region`); offsets and sizes are checked
-against the registered range.  Registrations are bounded in number and total size.  A region unregistered while a
-request copies from it stays open until that copy is done; everything is closed at shutdown.
+against the registered range.  Registrations are bounded in number and total size.  A request holds the regions
+its inputs and outputs name from its start to its end: one unregistered meanwhile stays listed and usable until
+the last request holding it is done (Triton 2.53), then goes; everything is closed at shutdown.
 
 The registry holds CUDA regions too (cuda_shared_memory.py opens them): Triton keeps one namespace for both kinds,
 so a request names a region without saying its kind, while registration status and unregistering go by kind.
@@ -150,10 +151,12 @@ class SharedMemoryRegistry:
             return [r.status() for r in regions]
 
     def _drop(self, regions: list[SharedRegion]) -> None:
+        """Unregister ``regions``: at once where no request holds one, else once the last that does is done (it
+        stays listed and usable until then, as in Triton 2.53, server #7743)."""
         for region in regions:
-            del self._regions[region.name]
             region.unregistered = True
             if not region.users:
+                del self._regions[region.name]
                 region.close()
 
     def read(self, parameters: dict[str, Any]) -> memoryview | None:
@@ -182,6 +185,22 @@ class SharedMemoryRegistry:
         finally:
             self._release(region)
 
+    def hold(self, parameters: dict[str, Any]) -> tuple[SharedRegion, int, int] | None:
+        """The region a tensor's parameters name, held (``release`` it) until the request is done: an unregister
+        meanwhile takes effect once it is (Triton 2.53, server #7743)."""
+        return self._acquire(parameters)
+
+    def release(self, region: SharedRegion) -> None:
+        self._release(region)
+
+    def write_held(self, held: tuple[SharedRegion, int, int], payload: memoryview | bytes, output: str) -> None:
+        """Write ``payload`` (output ``output``) into a region this request holds."""
+        region, offset, byte_size = held
+        if len(payload) > byte_size:
+            raise InvalidArgument(f"shared memory size specified with the request for output '{output}' "
+                                  f"({byte_size} bytes) should be at least {len(payload)} bytes to hold the results")
+        region.write(offset, payload)
+
     def _acquire(self, parameters: dict[str, Any]) -> tuple[SharedRegion, int, int] | None:
         """The region a tensor's parameters name (checked against its registered range), marked in use."""
         if REGION_PARAMETER not in parameters:
@@ -206,6 +225,8 @@ class SharedMemoryRegistry:
         with self._lock:
             region.users -= 1
             if region.unregistered and not region.users:
+                if self._regions.get(region.name) is region:
+                    del self._regions[region.name]
                 region.close()
 
     def close(self) -> None:
@@ -251,8 +272,48 @@ def resolve_inputs(registry: SharedMemoryRegistry | None, request: InferRequest)
             tensor.raw = _require(registry).read(tensor.parameters)
 
 
+def hold_regions(registry: SharedMemoryRegistry | None, request: InferRequest) -> Callable[[], None]:
+    """Hold the regions the request's inputs were read from and its outputs are to be written in (these in
+    ``request.output_regions``) until the returned call lets them go, once the request is done: a region
+    unregistered meanwhile stays listed and usable until then (Triton 2.53, server #7743)."""
+    inputs = [t.parameters for t in request.inputs if REGION_PARAMETER in t.parameters]
+    outputs = [o for o in request.outputs if REGION_PARAMETER in o.parameters]
+    if not inputs and not outputs:
+        return NOTHING_HELD
+    regions = _require(registry)
+    held: list[SharedRegion] = []
+    try:
+        for parameters in inputs:
+            found = regions.hold(parameters)
+            if found is not None:
+                held.append(found[0])
+        for output in outputs:
+            found = regions.hold(output.parameters)
+            if found is not None:
+                held.append(found[0])
+                request.output_regions[output.name] = found
+    except BaseException:
+        _let_go(regions, request, held)
+        raise
+    return lambda: _let_go(regions, request, held)
+
+
+def _let_go(registry: SharedMemoryRegistry, request: InferRequest, held: list[SharedRegion]) -> None:
+    request.output_regions = {}
+    while held:
+        registry.release(held.pop())
+
+
+def _nothing_held() -> None:
+    return None
+
+
+NOTHING_HELD: Callable[[], None] = _nothing_held  # what hold_regions returns where it holds nothing
+
+
 def write_outputs(registry: SharedMemoryRegistry | None, request: InferRequest, response: InferResponse) -> None:
-    """Write each output the request asked for in a region there; the response then carries no data for it."""
+    """Write each output the request asked for in a region there (the one it holds, where it holds one); the
+    response then carries no data for it."""
     wanted = {o.name: o.parameters for o in request.outputs if REGION_PARAMETER in o.parameters}
     for tensor in response.outputs:
         parameters = wanted.get(tensor.name)
@@ -263,7 +324,11 @@ def write_outputs(registry: SharedMemoryRegistry | None, request: InferRequest, 
             payload: Any = serialize_bytes(data)
         else:
             payload = memoryview(data.reshape(-1).view(np.uint8))
-        _require(registry).write(parameters, payload, tensor.name)
+        held = request.output_regions.get(tensor.name)
+        if held is not None:
+            _require(registry).write_held(held, payload, tensor.name)
+        else:
+            _require(registry).write(parameters, payload, tensor.name)
         tensor.data = None
         tensor.in_shared_memory = True
 

@@ -4,6 +4,9 @@ regions over HTTP and gRPC, bounds, keys that try to name other files, limits, a
 from __future__ import annotations
 
 import os
+import queue
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -18,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 from runtime.errors import AlreadyExists, InvalidArgument
 from runtime.extensions.shared_memory import SharedMemoryRegistry
 from tests.add_sub_models import PYTHON_ADD_SUB
-from tests.support import ServerProcess, write_model
+from tests.support import ServerProcess, python_model_source, write_model
 
 CONFIG = """
 backend: "python"
@@ -163,3 +166,53 @@ def test_registrations_are_bounded(regions):
     registry.unregister()
     assert np.frombuffer(copied, np.float32).tolist() == A.tolist()  # a private copy, valid after unregistering
     assert registry.status() == []
+
+
+SLOW_ADD_SUB = python_model_source("""
+open(os.environ["ADD_SUB_STARTED"], "a").close()
+time.sleep(1.0)
+answers = []
+for request in requests:
+    a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+    b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+    answers.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+return answers
+""")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_regions_unregistered_during_an_inference_stay_until_it_is_done(tmp_path, regions, protocol):
+    """Triton 2.53 (server #7743, qa/L0_shared_memory test_unregister_shm_during_inference_*): unregistering every
+    region while a request that uses them runs succeeds at once; the regions stay listed and usable (a second
+    request placed then is served from them too) until the last such request is done, then are gone."""
+    started = tmp_path / "started"
+    write_model(tmp_path / "models", "add_sub", CONFIG, {"1/model.py": SLOW_ADD_SUB})
+    with ServerProcess(tmp_path / "models", "--allow-client-shm", "true",
+                       env={"ADD_SUB_STARTED": str(started)}) as served:
+        tag, inputs, outputs = regions
+        module, client, (first, second), summed = _through_regions(served, protocol, tag)
+        answers: queue.Queue = queue.Queue()
+
+        def ask() -> None:
+            asking = module.InferenceServerClient(served.http_url if protocol == "http" else served.grpc_url)
+            threading.Thread(target=lambda: answers.put(asking.infer("add_sub", [first, second], outputs=[summed]))
+                             ).start()
+
+        ask()
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        other = httpclient.InferenceServerClient(served.http_url)
+        other.unregister_system_shared_memory()  # while the request runs: no error
+        assert sorted(r["name"] for r in other.get_system_shared_memory_status()) == ["in", "out"]
+        ask()  # placed after the unregister, while the first still holds the regions
+        for _ in range(2):
+            answers.get(timeout=30)
+            np.testing.assert_array_equal(shm.get_contents_as_numpy(outputs, np.float32, [4]), A + B)
+        deadline = time.monotonic() + 10
+        while other.get_system_shared_memory_status() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the second request's end lets them go
+        assert other.get_system_shared_memory_status() == []
+        with pytest.raises(InferenceServerException, match="Unable to find system shared memory region: 'in'"):
+            other.get_system_shared_memory_status("in")
+        assert not [name for name in _open_shm_objects(served) if tag in name]
