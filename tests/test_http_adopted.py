@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from runtime.http.adopted import MAX_HEADER_BYTES, AdoptedHttp1
+from runtime.http.adopted import COALESCE_BYTES, MAX_HEADER_BYTES, AdoptedHttp1, CoalescingTransport
 from runtime.http.server import HttpLimits
 
 
@@ -171,5 +171,39 @@ def test_stop_lets_a_request_under_way_finish_and_closes_the_idle(finishes):
         assert await _closed(busy, 2)
         late_reader, _ = await _pair(server)  # adopted after stop: closed at once
         assert await _closed(late_reader, 2)
+
+    asyncio.run(main())
+
+
+class _Recorded(asyncio.Transport):
+    """A transport that keeps what is written to it (to see what the wrapper hands it, and when)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_small_writes_of_one_loop_turn_go_together_and_large_ones_at_once():
+    async def main():
+        inner = _Recorded()
+        transport = CoalescingTransport(inner, asyncio.get_running_loop())
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        transport.write(b"body")
+        assert inner.writes == []  # not yet: the rest of the turn may add to them
+        await asyncio.sleep(0)
+        assert inner.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+        transport.write(b"head")
+        transport.write(b"x" * COALESCE_BYTES)  # at once, after what waited: flow control sees it as it is written
+        assert inner.writes[1:] == [b"head" + b"x" * COALESCE_BYTES]
+        transport.write(b"last")
+        transport.close()  # what waits goes first
+        assert inner.writes[2:] == [b"last"] and inner.closed
 
     asyncio.run(main())

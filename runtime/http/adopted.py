@@ -41,11 +41,49 @@ from runtime.http.server import HttpLimits
 
 logger = logging.getLogger(__name__)
 
+COALESCE_BYTES = 64 * 1024  # writes smaller than this wait for the rest of the loop turn's (see CoalescingTransport)
 MAX_HEADER_BYTES = 64 * 1024  # a request's line and headers, counted as they are parsed (431 beyond)
 FD_RESERVE = 64
 MIN_AGE_SECONDS = 0.4
 HEADERS_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
                      b"content-length: 32\r\nconnection: close\r\n\r\nrequest header fields too large\n")
+
+
+class CoalescingTransport:
+    """The connection's transport with the small writes of one loop turn sent together: uvicorn writes an answer's
+    head and its body separately, two ``send`` calls and two TCP segments where granian sends one (HTTP
+    add_sub_onnx at c=32 on the one port: 106 -> 99 µs of server CPU a request). Writes that reach
+    ``COALESCE_BYTES`` go at once, with what waits before them, so that the transport's flow control (a client
+    that stops reading pauses the answer's sender: ``sending.py``'s deadline) sees them as before. Everything but
+    ``write`` and ``close`` is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+
+    def write(self, data: bytes) -> None:
+        if self._pending_bytes + len(data) >= COALESCE_BYTES:
+            self._pending.append(data)
+            self.flush()
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            pending, self._pending, self._pending_bytes = self._pending, [], 0
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
 
 
 class BoundedHttp1Protocol(HttpToolsProtocol):
@@ -65,7 +103,7 @@ class BoundedHttp1Protocol(HttpToolsProtocol):
         self.header_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-        super().connection_made(transport)  # type: ignore[arg-type]
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
         self._await_headers()  # the first request's
 
     def connection_lost(self, exc: Exception | None) -> None:
