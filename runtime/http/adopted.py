@@ -14,7 +14,7 @@ uvicorn's server is not used, only its protocol; the bounds granian keeps on the
   may hold at most ``MAX_HEADER_BYTES`` (431 beyond); an idle keep-alive connection is closed after the same time;
 - at most ``max_connections`` connections are served at once; past that a new one waits (unread) for room, which
   is made by closing the oldest connections that never completed a request's headers and are ``MIN_AGE_SECONDS``
-  old (as granian's ``shedding.py`` does on the two ports); those served keep ``FD_RESERVE`` descriptors of the
+  old (as ``shedding.py`` does for granian on the two ports); those served keep ``FD_RESERVE`` descriptors of the
   open-file limit free for models, files and pipes, and waiting ones may take half of that (one past it is
   closed); where the port cannot accept for want of descriptors, the oldest of those still in their headers are
   closed too;
