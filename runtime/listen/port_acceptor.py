@@ -19,6 +19,7 @@ import contextlib
 import errno
 import logging
 import socket
+import time
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ GRPC_CORE_SETTING = 0xFE03  # grpc_allow_true_binary_metadata, which only grpc's
 PEEK_BYTES = 512  # the preface and a SETTINGS frame of up to 80 settings
 DEFER_ACCEPT_SECONDS = 5
 PAUSE_SECONDS = 0.1  # between tries to accept once descriptors have run out
+WARN_EVERY_SECONDS = 10.0  # at most one warning that the port cannot accept in this time
 
 
 def http2_client(first_bytes: bytes) -> bool:
@@ -69,6 +71,7 @@ class PortAcceptor:
         self.to_edge = self.to_http1 = self.to_proxy = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._paused: asyncio.TimerHandle | None = None
+        self._warned_at = -WARN_EVERY_SECONDS
 
     def start(self) -> None:
         self.listener.setblocking(False)
@@ -95,7 +98,10 @@ class PortAcceptor:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # out of descriptors: the backlog holds the rest until one is free
-                logger.warning("the port cannot accept a connection now: %s", exc)
+                now = time.monotonic()
+                if now - self._warned_at >= WARN_EVERY_SECONDS:  # not every pause: ten a second
+                    self._warned_at = now
+                    logger.warning("the port cannot accept a connection now: %s", exc)
                 if exc.errno in (errno.EMFILE, errno.ENFILE) and self.out_of_descriptors is not None:
                     self.out_of_descriptors()
                 self._pause()
@@ -114,8 +120,9 @@ class PortAcceptor:
             self._loop.add_reader(self.listener.fileno(), self._accept)
 
     def _hand_on(self, connection: socket.socket) -> None:
-        """To the edge or to HAProxy, by what the connection has sent so far (with TCP_DEFER_ACCEPT, its first
-        segment: a grpc client sends the preface and its SETTINGS in one), left unread."""
+        """To the edge, the HTTP/1.1 server or HAProxy, by what the connection has sent so far (with
+        TCP_DEFER_ACCEPT, its first segment: a grpc client sends the preface and its SETTINGS in one), left
+        unread."""
         try:
             first = connection.recv(PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
