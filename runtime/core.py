@@ -230,6 +230,9 @@ class InferenceService:
         return self.tracer.update(changes, model)
 
     # -- model control -----------------------------------------------------------
+    def model_control_mode(self) -> str:
+        return self.control.mode
+
     async def load_model(self, name: str, parameters: dict | None = None) -> None:
         await self.control.load(name, parameters)
 

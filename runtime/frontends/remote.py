@@ -198,6 +198,9 @@ class RemoteService:
         self._decoupled[key] = (decoupled, now)
         return decoupled
 
+    def model_control_mode(self) -> str:
+        return self._blocking("model_control_mode")
+
     async def load_model(self, name: str, parameters: dict | None = None) -> None:
         await self._call("load_model", name, parameters)
 

@@ -45,6 +45,7 @@ from runtime.openai.generation import (
     read_sampling,
 )
 from runtime.openai.llm_model import LlmModel, read_llm_model
+from runtime.openai.model_management import ModelManagementRoutes
 
 logger = logging.getLogger(__name__)
 MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own bound on one request's inputs
@@ -119,6 +120,10 @@ class OpenAiRoutes:
         if not self.service.model_ready(name):
             await self._llm(name)  # raises the 404
         return JSONResponse(self._model_object(name))
+
+    def forget_model(self, name: str) -> None:
+        """Drop what was read of ``name``'s config (it was unloaded)."""
+        self._models.pop(name, None)
 
     async def _body(self, request: Request, known: set[str]) -> dict[str, Any]:
         return check_fields(parse_json(await read_body(request, self.max_body_bytes, self.body_timeout)), known)
@@ -373,8 +378,11 @@ def _is_named_choice(choice: Any) -> bool:
 
 def create_openai_app(service: InferenceApi, max_body_bytes: int, body_timeout: float) -> Starlette:
     routes = OpenAiRoutes(service, max_body_bytes, body_timeout)
+    management = ModelManagementRoutes(service, routes.forget_model)
     return Starlette(routes=[
         Route("/models", routes.list_models, methods=["GET"]),
+        Route("/models/{model}/load", management.load_model, methods=["POST"]),
+        Route("/models/{model}/unload", management.unload_model, methods=["POST"]),
         Route("/models/{model:path}", routes.get_model, methods=["GET"]),
         Route("/completions", routes.completions, methods=["POST"]),
         Route("/chat/completions", routes.chat, methods=["POST"]),
