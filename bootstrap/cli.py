@@ -113,6 +113,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
             single_port=single_port,
             max_request_bytes=settings.max_request_bytes,
             grpc_max_message_bytes=settings.grpc_max_message_bytes,
+            openai_default_max_tokens=settings.openai_default_max_tokens,
             json_decode_budget=settings.json_decode_budget_bytes,
             http_limits=HttpLimits(
                 header_timeout=settings.header_timeout_seconds,

@@ -202,6 +202,12 @@ class FunctionSettings:
                 "ready once the initial load finished",
         flags=_true_or_false_flag(
             "--strict-readiness", "ready only while every model is ready (default true, as Triton)"))
+    openai_default_max_tokens: int = setting(
+        16, key="openai.default_max_tokens", check=positive_int,
+        meaning="the OpenAI-compatible endpoints' `max_tokens` where a request gives none and the model's config "
+                "(`openai.default_max_tokens` parameter) sets none, as Triton's OpenAI frontend",
+        flags=[Flag("--default-max-tokens", "max_tokens where a request gives none (default 16, as Triton)", int,
+                    metavar="N")])
     allow_client_shm: bool = setting(
         False, key="server.allow_client_shm", check=boolean,
         meaning="let clients register and unregister shared-memory regions (system and CUDA) for their inputs and "

@@ -22,6 +22,7 @@ from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer, check_bindable
+from runtime.openai.llm_model import DEFAULT_MAX_TOKENS
 from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class AdapterSettings:
     http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --http-restricted-api
     grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
     single_port: bool = False  # REST and gRPC both on http_port (runtime/listen/single_port.py)
+    openai_default_max_tokens: int = DEFAULT_MAX_TOKENS  # OpenAI's max_tokens where a request and its model give none
 
     def auth(self) -> TokenAuth | None:
         return TokenAuth(self.auth_token) if self.auth_token else None
@@ -173,7 +175,8 @@ class ProtocolAdapters:
         settings = self.settings
         return create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
                                settings.http_limits.body_timeout, settings.json_decode_budget,
-                               settings.http_limits.unsent_bytes(), settings.http_restrictions, lanes)
+                               settings.http_limits.unsent_bytes(), settings.http_restrictions, lanes,
+                               settings.openai_default_max_tokens)
 
     def _listening_fd(self) -> int | None:
         settings = self.settings

@@ -32,6 +32,7 @@ from runtime.http.infer_route import InferRoute
 from runtime.http.restricted import RestrictedApiMiddleware
 from runtime.http.sending import UnsentBytes
 from runtime.http.status import error_body, error_status
+from runtime.openai.llm_model import DEFAULT_MAX_TOKENS
 from runtime.openai.routes import create_openai_app
 from runtime.restricted_api import RestrictedApis
 
@@ -230,6 +231,7 @@ def create_http_app(
     unsent: UnsentBytes | None = None,
     restrictions: RestrictedApis | None = None,
     lanes: DirectLanes | None = None,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> ASGIApp:
     """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
     (``InferRoute``) and, given ``auth``, every request checked before either; given ``restrictions``, calls of a
@@ -277,7 +279,8 @@ def create_http_app(
             Route(prefix + "/generate", generate.generate, methods=["POST"]),
             Route(prefix + "/generate_stream", generate.generate_stream, methods=["POST"]),
         ]
-    routes.append(Mount("/v1", app=create_openai_app(service, max_body_bytes, body_timeout)))  # OpenAI's API
+    routes.append(Mount("/v1", app=create_openai_app(service, max_body_bytes, body_timeout,
+                                                     default_max_tokens)))  # OpenAI's API
     exception_handlers = {ServingError: _serving_error, HTTPException: _http_error, Exception: _unexpected_error}
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect

@@ -91,8 +91,10 @@ class LlmModel:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
 
-def read_llm_model(name: str, spec: Any, directory: str, decoupled: bool) -> LlmModel:
-    """The model as the OpenAI routes use it; InvalidArgument when it takes no text prompt."""
+def read_llm_model(name: str, spec: Any, directory: str, decoupled: bool,
+                   default_max_tokens: int = DEFAULT_MAX_TOKENS) -> LlmModel:
+    """The model as the OpenAI routes use it; InvalidArgument when it takes no text prompt. ``default_max_tokens``:
+    the server's (``--default-max-tokens``), where the model's config sets none."""
     parameters: dict[str, str] = spec.parameters
     inputs = {tensor.name: tensor for tensor in spec.inputs}
     outputs = frozenset(tensor.name for tensor in spec.outputs)
@@ -112,8 +114,7 @@ def read_llm_model(name: str, spec: Any, directory: str, decoupled: bool) -> Llm
                      inputs, fields, outputs, spec.max_batch_size, decoupled)
     _read_tokenizer_files(model, folder, parameters)
     max_tokens = parameters.get(PREFIX + "default_max_tokens", "")
-    if max_tokens.isdigit():
-        model.default_max_tokens = int(max_tokens)
+    model.default_max_tokens = int(max_tokens) if max_tokens.isdigit() else default_max_tokens
     return model
 
 

@@ -44,7 +44,7 @@ from runtime.openai.generation import (
     pieces,
     read_sampling,
 )
-from runtime.openai.llm_model import LlmModel, read_llm_model
+from runtime.openai.llm_model import DEFAULT_MAX_TOKENS, LlmModel, read_llm_model
 from runtime.openai.model_management import ModelManagementRoutes
 
 logger = logging.getLogger(__name__)
@@ -88,8 +88,10 @@ def _sse(payload: Any) -> bytes:
 class OpenAiRoutes:
     """``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` and ``/v1/embeddings`` over the core."""
 
-    def __init__(self, service: InferenceApi, max_body_bytes: int, body_timeout: float) -> None:
+    def __init__(self, service: InferenceApi, max_body_bytes: int, body_timeout: float,
+                 default_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
         self.service = service
+        self.default_max_tokens = default_max_tokens  # where a request and the model's config give none
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
         self._models: dict[str, tuple[Any, LlmModel]] = {}  # name -> (the config it was read from, the model)
@@ -104,7 +106,8 @@ class OpenAiRoutes:
         cached = self._models.get(name)
         if cached is not None and (cached[0] is spec or cached[0] == spec):  # a reload gives another spec
             return cached[1]
-        model = read_llm_model(name, spec, self.service.model_directory(name), self.service.is_decoupled(name))
+        model = read_llm_model(name, spec, self.service.model_directory(name), self.service.is_decoupled(name),
+                               self.default_max_tokens)
         self._models[name] = (spec, model)
         return model
 
@@ -376,8 +379,9 @@ def _is_named_choice(choice: Any) -> bool:
             and isinstance(choice["function"].get("name"), str))
 
 
-def create_openai_app(service: InferenceApi, max_body_bytes: int, body_timeout: float) -> Starlette:
-    routes = OpenAiRoutes(service, max_body_bytes, body_timeout)
+def create_openai_app(service: InferenceApi, max_body_bytes: int, body_timeout: float,
+                      default_max_tokens: int = DEFAULT_MAX_TOKENS) -> Starlette:
+    routes = OpenAiRoutes(service, max_body_bytes, body_timeout, default_max_tokens)
     management = ModelManagementRoutes(service, routes.forget_model)
     return Starlette(routes=[
         Route("/models", routes.list_models, methods=["GET"]),

@@ -336,3 +336,21 @@ def test_decoupled_models_report_time_to_first_response_and_between_responses(se
     assert samples[f"serverless_triton_response_interval_ms_count{{{labels}}}"] >= 2
     # not decoupled: no time between responses (its time to first response is counted, as in Triton 2.65)
     assert not any("ens_llm" in key for key in samples if key.startswith("serverless_triton_response_interval"))
+
+
+def test_the_servers_default_max_tokens_applies_where_request_and_model_give_none(tmp_path):
+    """--default-max-tokens (Triton's OpenAI frontend, default 16): a completion without max_tokens stops there
+    ("length"), unless the model's config sets its own (openai.default_max_tokens)."""
+    repository = tmp_path / "models"
+    shutil.copytree(EXAMPLE_REPOSITORY / "tiny_llm", repository / "tiny_llm", ignore=shutil.ignore_patterns(
+        "tokenizer.json"))
+    build_word_tokenizer(repository / "tiny_llm" / "corpus.txt", repository / "tiny_llm" / "tokenizer.json")
+    config = repository / "tiny_llm" / "config.pbtxt"
+    config.write_text("\n".join(line for line in config.read_text().splitlines()
+                                if "default_max_tokens" not in line))  # the model sets none
+    with ServerProcess(repository, "--default-max-tokens", "3") as server:
+        client = openai.OpenAI(base_url=f"http://{server.http_url}/v1", api_key="unused", max_retries=0)
+        answer = client.completions.create(model="tiny_llm", prompt="The client")
+        assert answer.usage.completion_tokens == 3 and answer.choices[0].finish_reason == "length"
+        asked = client.completions.create(model="tiny_llm", prompt="The client", max_tokens=5)
+        assert asked.usage.completion_tokens == 5
