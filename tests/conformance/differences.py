@@ -99,6 +99,8 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
                              "always (the conformance suite runs ours with the flag)"),
     "JSON nesting depth": ("follows Triton 2.58: a tensor's JSON data nested more than 100 levels deep is refused "
                            "(400, 'JSON nesting depth exceeds maximum allowed limit (100)'); 2.51 accepts any depth"),
+    "model load time metric": ("follows Triton 2.52: nv_model_load_duration_secs, each loaded version's load time in "
+                               "seconds; 2.51 has no such family"),
     "ensemble outputs not produced": ("follows Triton 2.52: an ensemble output that no composing model produced is "
                                       "left out of the response; 2.51 fails the request"),
 }
