@@ -20,7 +20,6 @@ from runtime.extensions.shared_memory import (
     NOTHING_HELD,
     SharedMemoryRegistry,
     hold_regions,
-    resolve_inputs,
     write_outputs,
 )
 from runtime.extensions.tracing import Trace, Tracer
@@ -320,8 +319,7 @@ class InferenceService:
             if spec.decoupled:
                 raise Unsupported(f"model '{model.name}' uses the decoupled transaction policy: its responses "
                                   "come only through a stream")
-            resolve_inputs(self.shared_memory, request)
-            let_go = hold_regions(self.shared_memory, request)
+            let_go = hold_regions(self.shared_memory, request)  # inputs read from their regions here
             batch_size = validate_request(spec, request)
             if spec.reshapes_inputs:
                 _reshape_inputs(spec, request)
@@ -351,8 +349,7 @@ class InferenceService:
         try:
             model = self._served(request) or await self._load_on_demand(request)
             trace = request.trace = self._start_trace(model, request)
-            resolve_inputs(self.shared_memory, request)
-            let_go = hold_regions(self.shared_memory, request)
+            let_go = hold_regions(self.shared_memory, request)  # inputs read from their regions here
             batch_size = validate_request(model.spec, request)
             _reshape_inputs(model.spec, request)
             timed = model.spec.decoupled or self.latency_histograms  # a plain model's one response: if asked

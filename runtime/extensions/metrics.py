@@ -147,6 +147,8 @@ def _latency_histograms(models: list[ModelVersion], triton_histograms: bool) -> 
     between = Metric("serverless_triton_response_interval_ms", "Time between two responses of one request to a "
                      "decoupled model (an LLM's time per output chunk) in milliseconds", "histogram")
     for model in models:
+        if not (triton_histograms or model.spec.decoupled):
+            continue  # nothing of its to export
         first_snapshot, between_snapshot = model.stats.latency_histograms()
         if triton_histograms:
             _histogram(first, _labels(model), first_snapshot)

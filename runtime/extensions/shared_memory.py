@@ -175,15 +175,10 @@ class SharedMemoryRegistry:
         found = self._acquire(parameters)
         if found is None:
             return
-        region, offset, byte_size = found
         try:
-            if len(payload) > byte_size:
-                raise InvalidArgument(f"shared memory size specified with the request for output '{output}' "
-                                      f"({byte_size} bytes) should be at least {len(payload)} bytes to hold the "
-                                      "results")
-            region.write(offset, payload)
+            self.write_held(found, payload, output)
         finally:
-            self._release(region)
+            self._release(found[0])
 
     def hold(self, parameters: dict[str, Any]) -> tuple[SharedRegion, int, int] | None:
         """The region a tensor's parameters name, held (``release`` it) until the request is done: an unregister
@@ -265,28 +260,22 @@ def _open(key: str, offset: int, byte_size: int) -> int:
     return fd
 
 
-def resolve_inputs(registry: SharedMemoryRegistry | None, request: InferRequest) -> None:
-    """Point each input that names a region at its bytes there (read in place)."""
-    for tensor in request.inputs:
-        if REGION_PARAMETER in tensor.parameters:
-            tensor.raw = _require(registry).read(tensor.parameters)
-
-
 def hold_regions(registry: SharedMemoryRegistry | None, request: InferRequest) -> Callable[[], None]:
-    """Hold the regions the request's inputs were read from and its outputs are to be written in (these in
-    ``request.output_regions``) until the returned call lets them go, once the request is done: a region
-    unregistered meanwhile stays listed and usable until then (Triton 2.53, server #7743)."""
-    inputs = [t.parameters for t in request.inputs if REGION_PARAMETER in t.parameters]
+    """Read each input that names a region from there, and hold the regions of the request's inputs and outputs
+    (the outputs' in ``request.output_regions``) until the returned call lets them go, once the request is done: a
+    region unregistered meanwhile stays listed and usable until then (Triton 2.53, server #7743)."""
+    inputs = [t for t in request.inputs if REGION_PARAMETER in t.parameters]
     outputs = [o for o in request.outputs if REGION_PARAMETER in o.parameters]
     if not inputs and not outputs:
         return NOTHING_HELD
     regions = _require(registry)
     held: list[SharedRegion] = []
     try:
-        for parameters in inputs:
-            found = regions.hold(parameters)
+        for tensor in inputs:
+            found = regions.hold(tensor.parameters)
             if found is not None:
                 held.append(found[0])
+                tensor.raw = found[0].read(found[1], found[2])
         for output in outputs:
             found = regions.hold(output.parameters)
             if found is not None:
@@ -312,23 +301,20 @@ NOTHING_HELD: Callable[[], None] = _nothing_held  # what hold_regions returns wh
 
 
 def write_outputs(registry: SharedMemoryRegistry | None, request: InferRequest, response: InferResponse) -> None:
-    """Write each output the request asked for in a region there (the one it holds, where it holds one); the
-    response then carries no data for it."""
-    wanted = {o.name: o.parameters for o in request.outputs if REGION_PARAMETER in o.parameters}
+    """Write each output the request asked for in a region in the one it holds (``hold_regions``); the response
+    then carries no data for it."""
+    if not request.output_regions:
+        return
     for tensor in response.outputs:
-        parameters = wanted.get(tensor.name)
-        if parameters is None:
+        held = request.output_regions.get(tensor.name)
+        if held is None:
             continue
         data = np.ascontiguousarray(tensor.data)
         if tensor.datatype == "BYTES":
             payload: Any = serialize_bytes(data)
         else:
             payload = memoryview(data.reshape(-1).view(np.uint8))
-        held = request.output_regions.get(tensor.name)
-        if held is not None:
-            _require(registry).write_held(held, payload, tensor.name)
-        else:
-            _require(registry).write(parameters, payload, tensor.name)
+        _require(registry).write_held(held, payload, tensor.name)
         tensor.data = None
         tensor.in_shared_memory = True
 

@@ -53,10 +53,9 @@ class CoalescingTransport:
     """The connection's transport with the small writes of one loop turn sent together: uvicorn writes an answer's
     head and its body separately, two ``send`` calls and two TCP segments where granian sends one (HTTP
     add_sub_onnx at c=32 on the one port: about 10 µs less server CPU a request, docs/benchmarks.md). Writes that
-    reach
-    ``COALESCE_BYTES`` go at once, with what waits before them, so that the transport's flow control (a client
-    that stops reading pauses the answer's sender: ``sending.py``'s deadline) sees them as before. Everything but
-    ``write`` and ``close`` is the transport's own."""
+    reach ``COALESCE_BYTES`` go at once, with what waits before them, so that the transport's flow control (a
+    client that stops reading pauses the answer's sender: ``sending.py``'s deadline) sees them as before.
+    Everything but ``write`` and ``close`` is the transport's own."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
