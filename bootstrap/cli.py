@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,6 +95,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
 
     http_restrictions, grpc_restrictions = restrictions(settings)
     single_port = serves_single_port(settings) and settings.http_port is not None
+    environments_dir = settings.cache_path() / "python-environments"  # made when a model first needs it
     return ServerOptions(
         model_repository=settings.repository_path(),
         source=source,
@@ -114,6 +116,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
             max_request_bytes=settings.max_request_bytes,
             grpc_max_message_bytes=settings.grpc_max_message_bytes,
             openai_default_max_tokens=settings.openai_default_max_tokens,
+            http_header_forward=settings.http_header_forward_pattern,
+            grpc_header_forward=settings.grpc_header_forward_pattern,
             json_decode_budget=settings.json_decode_budget_bytes,
             http_limits=HttpLimits(
                 header_timeout=settings.header_timeout_seconds,
@@ -156,7 +160,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
         trace=trace_settings(settings),
         rate_limit_resources=rate_limit_resources(settings),
         handlers=handler_class,  # the composition root hands the core its backends
-        completer=complete_config,
+        completer=partial(complete_config, environments_dir=environments_dir),
+        environments_dir=environments_dir,
     )
 
 

@@ -34,6 +34,7 @@ from bootstrap.settings_schema import (
     true_or_false,
 )
 from bootstrap.storage import StorageError, StorageSettings, is_remote, parse_location
+from runtime.header_forward import check_forward_pattern
 
 AUTH_TOKEN_ENV = "FUNCTION_AUTH_TOKEN"
 MAX_FRONTEND_PROCESSES = 64
@@ -105,6 +106,18 @@ def _true_or_false_flag(flag: str, help_text: str) -> list[Flag]:
 
 
 _RESTRICTION = "<API>[,<API>...]:<key>=<value>"
+
+
+def _forward_pattern(value: Any, name: str) -> str:
+    """A header-forward pattern RE2 compiles ("" or null: off)."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        raise SettingsError(f"{name} must be a regular expression (RE2), got {value!r}")
+    try:
+        return check_forward_pattern(value)
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
 
 
 @dataclass
@@ -325,6 +338,23 @@ class FunctionSettings:
         flags=[Flag("--grpc-restricted-protocol", "answer these gRPC API groups only to calls with metadata "
                     "triton-grpc-protocol-<key> (repeatable, as Triton)", metavar=_RESTRICTION, repeatable=True,
                     adds=False)])
+    http_header_forward_pattern: str = setting(
+        "", key="server.http_header_forward_pattern", check=_forward_pattern,
+        meaning="HTTP request headers whose names match this RE2 pattern (anywhere in the name, in any case unless "
+                "it starts `(?-i)`) reach infer requests as string parameters, as Triton's "
+                "`--http-header-forward-pattern`; a matching header that is a reserved parameter key "
+                "(`sequence_id`, `priority`, `timeout`, ...) or starts `triton_` is refused, 400, as Triton 2.69; "
+                "while set, every infer request goes through the core (the native lanes stand aside)",
+        shown="off",
+        flags=[Flag("--http-header-forward-pattern", "forward matching HTTP headers as request parameters "
+                    "(an RE2 pattern, as Triton)", metavar="REGEX")])
+    grpc_header_forward_pattern: str = setting(
+        "", key="server.grpc_header_forward_pattern", check=_forward_pattern,
+        meaning="the same for gRPC call metadata (ModelInfer and each request of a ModelStreamInfer stream), as "
+                "Triton's `--grpc-header-forward-pattern`; refused: INVALID_ARGUMENT",
+        shown="off",
+        flags=[Flag("--grpc-header-forward-pattern", "forward matching gRPC metadata as request parameters "
+                    "(an RE2 pattern, as Triton)", metavar="REGEX")])
     json_decode_budget_bytes: int = setting(
         256 << 20, key="server.json_decode_budget_bytes", check=positive_int,
         meaning="bytes of large (> 1 MiB) JSON bodies read and decoded at once; past it 503, a single larger one "

@@ -19,6 +19,7 @@ from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
 from runtime.direct_path import DirectLanes
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
+from runtime.header_forward import header_forward
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer, check_bindable
@@ -52,6 +53,8 @@ class AdapterSettings:
     grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
     single_port: bool = False  # REST and gRPC both on http_port (runtime/listen/single_port.py)
     openai_default_max_tokens: int = DEFAULT_MAX_TOKENS  # OpenAI's max_tokens where a request and its model give none
+    http_header_forward: str = ""  # headers infer requests carry as parameters (--http-header-forward-pattern)
+    grpc_header_forward: str = ""  # call metadata the same (--grpc-header-forward-pattern)
 
     def auth(self) -> TokenAuth | None:
         return TokenAuth(self.auth_token) if self.auth_token else None
@@ -112,7 +115,8 @@ class ProtocolAdapters:
         settings = self.settings
         self.grpc = create_grpc_server(self.service, address, settings.grpc_max_message_bytes, auth,
                                        settings.grpc_limits, reuse_port=reuse_port,
-                                       restrictions=settings.grpc_restrictions)
+                                       restrictions=settings.grpc_restrictions,
+                                       header_forward=header_forward(settings.grpc_header_forward))
         await self.grpc.start()
         logger.info("gRPC endpoint on %s", address)
         return direct_lanes(self.grpc)
@@ -176,7 +180,7 @@ class ProtocolAdapters:
         return create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
                                settings.http_limits.body_timeout, settings.json_decode_budget,
                                settings.http_limits.unsent_bytes(), settings.http_restrictions, lanes,
-                               settings.openai_default_max_tokens)
+                               settings.openai_default_max_tokens, header_forward(settings.http_header_forward))
 
     def _listening_fd(self) -> int | None:
         settings = self.settings
@@ -190,7 +194,8 @@ class ProtocolAdapters:
         from runtime.listen.single_port import SinglePortServer, route_by_content_type
 
         settings = self.settings
-        grpc_app = GrpcAsgiApp(create_servicer(self.service, settings.grpc_limits), settings.grpc_max_message_bytes,
+        servicer = create_servicer(self.service, settings.grpc_limits, header_forward(settings.grpc_header_forward))
+        grpc_app = GrpcAsgiApp(servicer, settings.grpc_max_message_bytes,
                                auth, settings.grpc_restrictions, settings.grpc_limits.streams_max_bytes)
         assert settings.http_port is not None
         self.http = SinglePortServer(route_by_content_type(self._rest_app(auth), grpc_app), settings.host,

@@ -29,6 +29,7 @@ from runtime.models.lookup import parse_version
 from runtime.models.manager import ModelManager
 from runtime.models.model import ModelVersion
 from runtime.models.on_demand import OnDemandLoader
+from runtime.models.readiness import all_ready_checked, version_ready_checked
 from runtime.models.spec import ModelSpec
 from runtime.responses import build_response
 from runtime.scheduling.streaming import stream_responses
@@ -126,6 +127,22 @@ class InferenceService:
 
     def server_metadata(self) -> dict:
         return {"name": self.server_name, "version": __version__, "extensions": list(EXTENSIONS)}
+
+    async def ready_checked(self) -> bool:
+        """:meth:`ready`, each ready model's own readiness check (``is_ready``) asked too under strict readiness,
+        as Triton 2.68's ``/v2/health/ready``."""
+        if not self.ready():
+            return False
+        return not self.strict_readiness or await all_ready_checked(self.manager.ready_model_versions())
+
+    async def model_ready_checked(self, name: str, version: str = "") -> bool:
+        """:meth:`model_ready`, the model's own readiness check (``is_ready``) asked too."""
+        if not self.model_ready(name, version):
+            return False
+        try:
+            return await version_ready_checked(self.manager.get(name, version))
+        except ServingError:
+            return False
 
     def model_ready(self, name: str, version: str = "") -> bool:
         parse_version(version)  # a version that is not a number is an error, not "not ready"

@@ -102,6 +102,7 @@ class HandlerContext:
     kind: str = "KIND_CPU"  # the instance's group kind
     services: ServerServices | None = None
     execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS  # the server's default bound on one execution
+    environments_dir: Path | None = None  # private folder for what models unpack to run (EXECUTION_ENV_PATH)
 
     @property
     def model_dir(self) -> Path:
@@ -176,6 +177,15 @@ class ModelHandler(abc.ABC):
     @property
     def unavailable_reason(self) -> str:
         return ""
+
+    @property
+    def checks_readiness(self) -> bool:
+        """Whether the model has a readiness check of its own (a Python model's ``is_ready``)."""
+        return False
+
+    def check_ready(self) -> bool:
+        """The model's own readiness check, within its bound (blocking: called in a thread)."""
+        return True
 
     # Whether load and warm-up run a framework inside this process (ONNX Runtime, torch, TensorFlow, OpenVINO), so
     # that the first load of this class must run alone (first_load_alone).

@@ -73,6 +73,7 @@ class ServerOptions:
     source: RepositorySource | None = None  # e.g. the object-storage sync; None: a local folder
     cache_size_bytes: int = 0  # the response cache's budget (0: no cache)
     tensor_pool_bytes: int = DEFAULT_POOL_BYTES  # shared memory large tensors are received into (0: none)
+    environments_dir: Path | None = None  # private folder Python models' packed environments are unpacked into
     frontend_processes: int = 0  # >0: that many processes serve HTTP and gRPC, this one the models (frontends/)
     batch_scheduled_threads: bool = True  # every thread, the loop's too, and the workers under SCHED_BATCH
     # From the composition root (bootstrap), so that runtime never imports a backend: the backends' registry, and
@@ -110,6 +111,7 @@ class Server:
             rate_limiter=RateLimiter(options.rate_limit_resources) if options.rate_limit_resources is not None
             else None,
             handlers=options.handlers,
+            environments_dir=options.environments_dir,
         )
         self.control = ModelControl(self.manager, options.model_control, options.poll_interval, options.source,
                                     options.startup_models)

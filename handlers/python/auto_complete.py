@@ -11,10 +11,13 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 
+from handlers.python.environment import PARAMETER as ENVIRONMENT_PARAMETER
+from handlers.python.environment import PythonEnvironment, default_environments_dir, prepare_environment
+from handlers.python.environment_process import start_in_environment
 from runtime.errors import ModelLoadError
 from runtime.models.repository import PYTHON_MODEL_FILE, newest_model_file
 from runtime.models.spec import config_to_json_dict
@@ -40,8 +43,9 @@ def defines_auto_complete(source: str) -> bool:
     return False
 
 
-def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
-    """The config completed by the model's ``auto_complete_config`` (unchanged for other models)."""
+def complete_config(config: ModelConfig, model_dir: Path, environments_dir: Path | None = None) -> ModelConfig:
+    """The config completed by the model's ``auto_complete_config`` (unchanged for other models), run under the
+    model's own environment where its config names one (``EXECUTION_ENV_PATH``)."""
     if config.backend != "python" or config.platform:
         return config
     path = newest_model_file(model_dir, config.default_model_filename or PYTHON_MODEL_FILE)
@@ -59,7 +63,11 @@ def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
                       model_path=str(path), version_dir=str(path.parent), args={})
     written = config_to_json_dict(config)
     written["name"] = model_dir.name
-    completed = _run_in_process(spec, written, AUTO_COMPLETE_TIMEOUT)
+    environment = None
+    named = config.parameters.get(ENVIRONMENT_PARAMETER)
+    if named is not None and named.string_value:
+        environment = prepare_environment(named.string_value, model_dir, environments_dir or default_environments_dir())
+    completed = _run_in_process(spec, written, AUTO_COMPLETE_TIMEOUT, environment)
     result = ModelConfig()
     try:
         json_format.Parse(json.dumps(completed), result)
@@ -69,17 +77,23 @@ def complete_config(config: ModelConfig, model_dir: Path) -> ModelConfig:
     return result
 
 
-def _run_in_process(spec: RunnerSpec, config: dict, timeout: float) -> dict:
-    """``auto_complete_config`` in a short-lived process of its own; the completed config."""
+def _run_in_process(spec: RunnerSpec, config: dict, timeout: float,
+                    environment: PythonEnvironment | None = None) -> dict:
+    """``auto_complete_config`` in a short-lived process of its own (under ``environment``'s interpreter, if
+    given); the completed config."""
     from handlers.python.template import worker_context
     from handlers.python.worker import auto_complete_main
 
-    context = worker_context()
-    connection, child = context.Pipe()
-    process = context.Process(target=auto_complete_main, args=(child, spec, config), daemon=True,
-                              name=f"triton-autocomplete-{spec.model_name}")
-    process.start()
-    child.close()
+    name = f"triton-autocomplete-{spec.model_name}"
+    process: Any
+    if environment is not None:
+        process, connection, _ = start_in_environment(environment, "auto_complete", (spec, config), name)
+    else:
+        context = worker_context()
+        connection, child = context.Pipe()
+        process = context.Process(target=auto_complete_main, args=(child, spec, config), daemon=True, name=name)
+        process.start()
+        child.close()
     try:
         if not connection.poll(timeout):
             raise ModelLoadError(f"auto_complete_config did not finish within {timeout:.0f}s")

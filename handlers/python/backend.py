@@ -24,9 +24,12 @@ from typing import Any
 from handlers.base import HandlerContext, ModelHandler, RequestResult, StartedExecution
 from handlers.python import bls, memory_watch
 from handlers.python.batch import ON_LOOP_INPUT_BYTES, WorkerBatch, input_bytes, request_timeout
+from handlers.python.environment import PARAMETER as ENVIRONMENT_PARAMETER
+from handlers.python.environment import PythonEnvironment, default_environments_dir, prepare_environment
 from handlers.python.in_flight import RequestsInFlight, borrowed, stream_item
 from handlers.python.in_process import InProcessHost, call_service, log_model
 from handlers.python.link import WorkerLink
+from handlers.python.readiness import ask_in_thread
 from handlers.python.runner import BlsOrigin, ModelRunner, RequestData, RunnerSpec, error_result
 from handlers.python.supervisor import WorkerSupervisor
 from handlers.python.transport import DEFAULT_GROWTH_BYTES, DEFAULT_INITIAL_BYTES
@@ -64,6 +67,7 @@ class PythonBackendHandler(ModelHandler):
         # the server's tensor pool: large inputs received there are read by the worker in place
         self._pool = context.services.tensor_pool if context.services is not None else None
         self._sends_bls = True  # whether the model may send BLS requests: no side door (direct_channel) then
+        self._environment: PythonEnvironment | None = None  # the model's own interpreter (EXECUTION_ENV_PATH)
 
     @property
     def bounds_own_executions(self) -> bool:
@@ -109,20 +113,32 @@ class PythonBackendHandler(ModelHandler):
         self.growth_bytes = _byte_size(self.spec.parameters, "shm-growth-byte-size", DEFAULT_GROWTH_BYTES)
         memory_limit = _byte_size(self.spec.parameters, memory_watch.PARAMETER, 0, lowest=0, power=44)
         if self.isolation == "thread":
+            if self.spec.parameters.get(ENVIRONMENT_PARAMETER):
+                raise ModelLoadError(f"parameter {ENVIRONMENT_PARAMETER} needs isolation 'process': a model run in "
+                                     "the server's own thread runs the server's Python")
             host = InProcessHost(self.spec.name, self.context.services, self.in_flight)
             self._runner = ModelRunner(self._runner_spec(), host, thread_only=True)
             self._runner.load()
             return
         self._sends_bls = mentions_bls(Path(self.context.version_dir))
+        self._environment = self._own_environment()
         self.supervisor.start()
         if memory_limit:
             memory_watch.watch_memory(self.label, memory_limit, self.supervisor.worker_pid,
                                       self.supervisor.recycle_if_idle, self.supervisor.closing)
 
+    def _own_environment(self) -> PythonEnvironment | None:
+        """The model's own Python environment (``EXECUTION_ENV_PATH``), unpacked and tried; None without one."""
+        named = self.spec.parameters.get(ENVIRONMENT_PARAMETER)
+        if not named:
+            return None
+        return prepare_environment(named, self.context.model_dir,
+                                   self.context.environments_dir or default_environments_dir())
+
     def _new_worker(self) -> WorkerLink:
         services = self.context.services
         return WorkerLink(self._runner_spec(), self, self.arena_bytes, self.growth_bytes,
-                          services.loop if services is not None else None, self._pool)
+                          services.loop if services is not None else None, self._pool, self._environment)
 
     @property
     def available(self) -> bool:
@@ -131,6 +147,22 @@ class PythonBackendHandler(ModelHandler):
     @property
     def unavailable_reason(self) -> str:
         return "" if self.available else self.supervisor.down_reason
+
+    @property
+    def checks_readiness(self) -> bool:
+        worker = self.supervisor.worker
+        if self._runner is not None:
+            return self._runner.readiness_check() is not None
+        return worker is not None and worker.readiness is not None
+
+    def check_ready(self) -> bool:
+        """``is_ready`` of the worker (readiness.py), or of the model run in this process."""
+        if self._runner is not None:
+            return ask_in_thread(self._runner.readiness_check())
+        worker = self.supervisor.worker
+        if worker is None:
+            return False
+        return worker.readiness.ask() if worker.readiness is not None else True
 
     def unload(self, deadline: float | None = None) -> None:
         """Finalize the model; a worker still busy (hung) at ``deadline`` is killed instead."""

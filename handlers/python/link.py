@@ -9,6 +9,7 @@ requests with no thread hand-off; without a loop (a handler used on its own) a r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import select
@@ -21,6 +22,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from handlers.python.environment import PythonEnvironment
+from handlers.python.environment_process import start_in_environment
+from handlers.python.readiness import ReadinessProbe, open_readiness
 from handlers.python.runner import RunnerSpec
 from handlers.python.template import worker_context
 from handlers.python.transport import (
@@ -68,19 +72,25 @@ class WorkerGone(ConnectionError):
 
 
 class WorkerLink:
-    """Spawns a worker for ``spec`` and talks to it."""
+    """Spawns a worker for ``spec`` (under ``environment``'s interpreter, if given) and talks to it."""
 
     def __init__(self, spec: RunnerSpec, events: LinkEvents, arena_bytes: int, growth_bytes: int,
-                 loop: asyncio.AbstractEventLoop | None = None, pool: TensorPool | None = None) -> None:
-        context = worker_context()
-        self.connection, child = context.Pipe()
-        # (batch id, index): the request of requests handed over together that the worker began last, written by
-        # it before each, read here once it is lost (shared memory outlives it)
-        self._progress = context.RawArray("q", 2)
-        self.process = context.Process(target=worker_main, args=(child, spec, os.getpid(), self._progress),
-                                       daemon=True, name=f"triton-python-{spec.model_name}")
-        self.process.start()
-        child.close()
+                 loop: asyncio.AbstractEventLoop | None = None, pool: TensorPool | None = None,
+                 environment: PythonEnvironment | None = None) -> None:
+        name = f"triton-python-{spec.model_name}"
+        self.process: Any
+        if environment is not None:
+            self.process, self.connection, self._progress = start_in_environment(environment, "worker", spec, name)
+        else:
+            context = worker_context()
+            self.connection, child = context.Pipe()
+            # (batch id, index): the request of requests handed over together that the worker began last,
+            # written by it before each, read here once it is lost (shared memory outlives it)
+            self._progress = context.RawArray("q", 2)
+            self.process = context.Process(target=worker_main, args=(child, spec, os.getpid(), self._progress),
+                                           daemon=True, name=name)
+            self.process.start()
+            child.close()
         self._exit_watch = select.poll()  # the sentinel becomes readable when the process has ended
         self._exit_watch.register(self.process.sentinel, select.POLLIN)
         self.events = events
@@ -103,6 +113,7 @@ class WorkerLink:
         self._loop = loop if loop is not None and loop.is_running() else None
         self._reader: threading.Thread | None = None
         self._exit_lock = threading.Lock()
+        self.readiness: ReadinessProbe | None = None  # the model's is_ready, where it has one
         if self._loop is not None:
             self._on_loop(self._watch_on_loop)
         else:
@@ -157,6 +168,8 @@ class WorkerLink:
         if self._loop is not None:
             self._on_loop(self._loop.remove_reader, self._fd)
         self.connection.close()
+        if self.readiness is not None:
+            self.readiness.close()
         if self._reader is not None:
             self._reader.join(timeout=5)
         self.memory.close()
@@ -370,6 +383,9 @@ class WorkerLink:
         elif kind == "bls_cancel" and len(message) == 2:  # a decoupled BLS call's cancel(): message[1] its call
             self.events.on_call(self, kind, None, message)
         elif kind == "ready":
+            if message[1]:  # the model has is_ready
+                with self._send_lock, contextlib.suppress(OSError):  # gone: its loss is being noticed
+                    self.readiness = open_readiness(self.connection, self.process.pid)
             self._ready.set_result(None)
         elif kind == "error":
             self._ready.set_result(message[1])

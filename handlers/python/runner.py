@@ -177,6 +177,23 @@ class ModelRunner:
             self.loop = asyncio.new_event_loop()
             threading.Thread(target=self.loop.run_forever, daemon=True, name="async-execute").start()
 
+    def readiness_check(self) -> Any:
+        """The model's ``is_ready`` as a call returning what it answers (awaited when it is ``async def``), or
+        None when the model has none (python_backend 2.67)."""
+        method = getattr(self.model, "is_ready", None)
+        if not callable(method):
+            return None
+
+        def check() -> Any:
+            outcome = method()
+            if inspect.iscoroutine(outcome):
+                if self.loop is not None:
+                    return asyncio.run_coroutine_threadsafe(outcome, self.loop).result()
+                return asyncio.run(outcome)
+            return outcome
+
+        return check
+
     def requests(self, batch: list[RequestData]) -> list[pb_utils.InferenceRequest]:
         return [
             model_host.received_request(

@@ -28,6 +28,7 @@ import numpy as np
 
 import triton_python_backend_utils as pb_utils
 from handlers.python.inbox import Inbox
+from handlers.python.readiness import serve_readiness
 from handlers.python.runner import (
     BLS_ORIGIN,
     BlsOrigin,
@@ -129,6 +130,7 @@ class WorkerHost:
         self.cancelled: set[Any] = set()
         self.inbox = Inbox(connection, self._route)
         self._send_lock = threading.Lock()
+        self.readiness_check: Any = None  # the model's is_ready, once it has loaded (readiness.py)
 
     def send_message(self, message: tuple, then_take_arrived: bool = True) -> None:
         """Send; then route what has arrived meanwhile (while a model executes nobody reads: released memory,
@@ -156,6 +158,8 @@ class WorkerHost:
             self.cancelled.add(message[1])
         elif kind == "direct":
             self.inbox.add_direct(recv_handle(self.connection))
+        elif kind == "readiness" and self.readiness_check is not None:
+            serve_readiness(recv_handle(self.connection), self.readiness_check)
         else:
             self.inbox.work.append(message)
 
@@ -336,7 +340,8 @@ def worker_main(connection: Connection, spec: RunnerSpec, parent_pid: int, progr
     except ModelLoadError as exc:
         host.send_message(("error", str(exc)))
         return
-    host.send_message(("ready", None))
+    host.readiness_check = runner.readiness_check()
+    host.send_message(("ready", host.readiness_check is not None))  # True: the server opens a readiness socket
     while True:
         message = host.next_work()
         if message[0] == "execute":

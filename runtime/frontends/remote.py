@@ -141,6 +141,12 @@ class RemoteService:
     def model_ready(self, name: str, version: str = "") -> bool:
         return not self.shutting_down and self._blocking("model_ready", name, version)
 
+    async def ready_checked(self) -> bool:
+        return not self.shutting_down and not self.lost and await self._call("ready_checked")
+
+    async def model_ready_checked(self, name: str, version: str = "") -> bool:
+        return not self.shutting_down and not self.lost and await self._call("model_ready_checked", name, version)
+
     def require_model(self, name: str, version: str = "") -> None:
         self._blocking("require_model", name, version)
 

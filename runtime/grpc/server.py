@@ -18,6 +18,7 @@ from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
 from runtime.grpc.native import INFLATING_MAX_BYTES, NATIVE_EDGE_BUILT, NativeGrpcServer
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
 from runtime.grpc.threaded import ThreadedGrpcServer, serialize_response
+from runtime.header_forward import HeaderForward
 from runtime.protocol import service_pb2
 from runtime.restricted_api import RestrictedApis
 
@@ -116,12 +117,14 @@ def create_grpc_server(
     limits: GrpcLimits | None = None,
     reuse_port: bool = False,
     restrictions: RestrictedApis | None = None,
+    header_forward: HeaderForward | None = None,
 ) -> grpc.aio.Server | ThreadedGrpcServer | NativeGrpcServer:
     """A bound (not yet started) server serving GRPCInferenceService on ``address``: the native edge
     (``runtime/grpc/native.py``) when ``limits.native_edge`` and it is built, else grpcio's thread-pool server over
     the running loop (``runtime/grpc/threaded.py``), or grpc.aio when ``limits.infer_threads`` is 0;
     ``reuse_port``: one of several processes serving the port (SO_REUSEPORT), as front-end processes do;
-    ``restrictions``: API groups refused without their metadata (``--grpc-restricted-protocol``)."""
+    ``restrictions``: API groups refused without their metadata (``--grpc-restricted-protocol``);
+    ``header_forward``: the metadata infer requests carry as parameters (no lanes then: they would not see it)."""
     limits = limits or GrpcLimits()
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -131,14 +134,14 @@ def create_grpc_server(
         ("grpc.keepalive_time_ms", int(limits.ping_interval * 1000)),
         ("grpc.keepalive_timeout_ms", int(limits.ping_interval * 1000)),
     ]
-    servicer = create_servicer(service, limits)
+    servicer = create_servicer(service, limits, header_forward)
     server: grpc.aio.Server | ThreadedGrpcServer | NativeGrpcServer
     check_call = lambda method, metadata: call_refusal(auth, restrictions, method, metadata)  # noqa: E731
     if limits.native_edge and not NATIVE_EDGE_BUILT:
         logger.warning("the native gRPC edge is not built (libgrpc++ was not found when the package was installed):"
                        " gRPC is served by grpcio")
     if limits.native_edge and NATIVE_EDGE_BUILT:
-        lanes = limits.native_lanes and auth is None and (
+        lanes = limits.native_lanes and auth is None and header_forward is None and (
             restrictions is None or restrictions.restriction(GROUP_BY_METHOD["ModelInfer"]) is None)
         server = NativeGrpcServer(servicer, [*options, (INFLATING_MAX_BYTES, limits.streams_max_bytes)],
                                   limits.max_streams, check_call, service.tensor_buffer, service if lanes else None)
@@ -158,9 +161,11 @@ def direct_lanes(server: Any) -> DirectLanes | None:
     return server.lanes if isinstance(server, NativeGrpcServer) else None
 
 
-def create_servicer(service: InferenceApi, limits: GrpcLimits) -> InferenceServicer:
+def create_servicer(service: InferenceApi, limits: GrpcLimits,
+                    header_forward: HeaderForward | None = None) -> InferenceServicer:
     """The servicer over ``service``, its streams bounded as ``limits`` say (grpcio's server and the ASGI one)."""
-    return InferenceServicer(service, limits.stream_max_in_flight, limits.stream_max_bytes, limits.streams_max_bytes)
+    return InferenceServicer(service, limits.stream_max_in_flight, limits.stream_max_bytes, limits.streams_max_bytes,
+                             header_forward)
 
 
 def _method_handlers(servicer: InferenceServicer) -> grpc.GenericRpcHandler:

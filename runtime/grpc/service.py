@@ -13,6 +13,7 @@ from runtime.errors import InvalidArgument, ServingError, Status, Unsupported
 from runtime.grpc.byte_gate import DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAMS_MAX_BYTES, ByteGate, StreamBytes
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
 from runtime.grpc.stream_order import ResponseOrder
+from runtime.header_forward import HeaderForward
 from runtime.protocol import service_pb2
 from runtime.types import InferRequest, StreamResponse
 
@@ -146,8 +147,10 @@ class InferenceServicer:
 
     def __init__(self, service: InferenceApi, stream_max_in_flight: int = 64,
                  stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES,
-                 streams_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES) -> None:
+                 streams_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES,
+                 header_forward: HeaderForward | None = None) -> None:
         self.service = service
+        self.header_forward = header_forward  # call metadata infer requests carry as parameters
         self.stream_max_in_flight = stream_max_in_flight
         self.stream_max_bytes = stream_max_bytes
         self.streams_bytes = ByteGate(streams_max_bytes)  # every stream's, in this process
@@ -158,11 +161,12 @@ class InferenceServicer:
 
     @_unary
     async def ServerReady(self, request, context):
-        return service_pb2.ServerReadyResponse(ready=self.service.ready())
+        return service_pb2.ServerReadyResponse(ready=await self.service.ready_checked())
 
     @_unary
     async def ModelReady(self, request, context):
-        return service_pb2.ModelReadyResponse(ready=self.service.model_ready(request.name, request.version))
+        return service_pb2.ModelReadyResponse(
+            ready=await self.service.model_ready_checked(request.name, request.version))
 
     @_unary
     async def ServerMetadata(self, request, context):
@@ -196,6 +200,8 @@ class InferenceServicer:
         # the native edge hands over a plain request already decoded (runtime.grpc.codec.plain_infer_request)
         decoded = request if type(request) is InferRequest else decode_infer_request(request)
         decoded.trace_context = _traceparent(context)
+        if self.header_forward is not None:
+            decoded.parameters.update(self.header_forward.parameters(context.invocation_metadata() or ()))
         return encode_infer_response(await self.service.infer(decoded))
 
     async def ModelStreamInfer(
@@ -218,6 +224,13 @@ class InferenceServicer:
         held = StreamBytes(self.stream_max_bytes, self.streams_bytes)
         pending: set[asyncio.Task] = set()
         order = ResponseOrder()  # default-mode requests answer in arrival order, as in Triton
+        forwarded: dict[str, str] | None = None
+        refusal: str | None = None  # a reserved key in the stream's metadata: each request fails with it, as Triton
+        if self.header_forward is not None:
+            try:
+                forwarded = self.header_forward.parameters(context.invocation_metadata() or ())
+            except ServingError as exc:
+                refusal = exc.message
 
         async def answer(message: service_pb2.ModelStreamInferResponse | None, final: bool) -> None:
             """Queue a response (None: a bare final flag nobody asked to see) once its bytes fit."""
@@ -245,6 +258,10 @@ class InferenceServicer:
                     return
                 request = decode_infer_request(message)
                 empty_final = _flag(request.parameters.pop(EMPTY_FINAL_RESPONSE, False))
+                if refusal is not None:
+                    raise InvalidArgument(refusal)
+                if forwarded is not None:  # the stream's metadata, on each of its requests (as Triton)
+                    request.parameters.update(forwarded)
                 async for item in self.service.infer_stream(request):
                     await reply(_stream_message(item, request, empty_final), item.final)
             except ServingError as exc:  # as Triton: with a response beside the error that holds only its id

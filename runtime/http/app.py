@@ -19,6 +19,7 @@ from runtime.core import InferenceService
 from runtime.direct_path import DirectLanes
 from runtime.errors import InvalidArgument, ServingError, Unauthenticated, Unsupported
 from runtime.extensions.cuda_shared_memory import decode_ipc_handle
+from runtime.header_forward import HeaderForward
 from runtime.http.body import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_JSON_BUDGET_BYTES,
@@ -70,7 +71,7 @@ class V2Endpoints:
     async def ready(self, request: Request) -> Response:
         if self.service.shutting_down:
             return Response(status_code=503)
-        return Response(status_code=200 if self.service.ready() else 400)
+        return Response(status_code=200 if await self.service.ready_checked() else 400)
 
     async def server_metadata(self, request: Request) -> Response:
         return JSONResponse(self.service.server_metadata())
@@ -79,7 +80,7 @@ class V2Endpoints:
         return JSONResponse(self.service.model_metadata(*self._model(request)))
 
     async def model_ready(self, request: Request) -> Response:
-        if self.service.model_ready(*self._model(request)):
+        if await self.service.model_ready_checked(*self._model(request)):
             return Response(status_code=200)
         return JSONResponse({"error": "Model version not ready"}, status_code=400)
 
@@ -232,12 +233,14 @@ def create_http_app(
     restrictions: RestrictedApis | None = None,
     lanes: DirectLanes | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    header_forward: HeaderForward | None = None,
 ) -> ASGIApp:
     """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
     (``InferRoute``) and, given ``auth``, every request checked before either; given ``restrictions``, calls of a
     restricted API group refused without its header.  ``unsent``: the process's bound on answers being sent to
     clients (send timeout, bytes); ``lanes``: where a lone infer request with binary tensors may be served past the
-    core (``lane_route.py``)."""
+    core (``lane_route.py``); ``header_forward``: which headers infer requests carry as parameters (no lanes then,
+    for a lane would not see them)."""
     endpoints = V2Endpoints(service, body_timeout)
     generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
@@ -285,7 +288,7 @@ def create_http_app(
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect
     served: ASGIApp = InferRoute(app, service, max_body_bytes, body_timeout, ByteBudget(json_budget),
-                                 unsent or UnsentBytes(), lanes)
+                                 unsent or UnsentBytes(), None if header_forward else lanes, header_forward)
     if restrictions:
         served = RestrictedApiMiddleware(served, restrictions)
     return TokenAuthMiddleware(served, auth, exempt_health) if auth else served

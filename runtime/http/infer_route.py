@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from runtime.api import InferenceApi
 from runtime.direct_path import DirectLanes, LaneAnswer
 from runtime.errors import ServingError, Unsupported
+from runtime.header_forward import HeaderForward
 from runtime.http.body import ByteBudget, assemble_body, compress, receive_asgi_body
 from runtime.http.codec import BINARY_FORMS, HEADER_LENGTH, decode_infer_request, encode_infer_response
 from runtime.http.lane_route import LaneRoute
@@ -50,10 +51,12 @@ _SHORT_LENGTH = len(str(_OFFLOAD_BYTES)) - 1  # a Content-Length of this many di
 
 class InferRoute:
     """Serves infer requests from ``service``; passes every other request to ``app``.  Given ``lanes``, a lone
-    request with binary tensors is handed to them first (``lane_route.py``)."""
+    request with binary tensors is handed to them first (``lane_route.py``); given ``header_forward``, the headers
+    it matches become the request's parameters."""
 
     def __init__(self, app: ASGIApp, service: InferenceApi, max_body_bytes: int, body_timeout: float,
-                 json_budget: ByteBudget, unsent: UnsentBytes, lanes: DirectLanes | None = None) -> None:
+                 json_budget: ByteBudget, unsent: UnsentBytes, lanes: DirectLanes | None = None,
+                 header_forward: HeaderForward | None = None) -> None:
         self.app = app
         self.service = service
         self.max_body_bytes = max_body_bytes
@@ -61,6 +64,7 @@ class InferRoute:
         self.json_budget = json_budget
         self.unsent = unsent
         self.lane_route = LaneRoute(lanes, BINARY_FORMS) if lanes is not None else None
+        self.header_forward = header_forward
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = INFER_PATH.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -120,6 +124,8 @@ class InferRoute:
                 if budgeted:
                     self.json_budget.give_back(budgeted)
             request.trace_context = traceparent  # continued by tracing in opentelemetry mode
+            if self.header_forward is not None:  # after the body, as Triton: a malformed body's error comes first
+                request.parameters.update(self.header_forward.parameters(scope["headers"]))
             response = await self.service.infer(request)
         if _output_bytes(response) > _OFFLOAD_BYTES:
             return await _off_loop(_encode, response, binary_default, accept_encoding or "")

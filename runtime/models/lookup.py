@@ -149,6 +149,10 @@ class LoadedModels:
                     rows.append(row | {"reason": reason} if reason else row)
         return rows
 
+    def ready_model_versions(self) -> list[ModelVersion]:
+        """Every version that is ready now (unloaded or retired ones not)."""
+        return [m for entry in self.models.values() for m in entry.versions.values() if m.ready and not m.retired]
+
     def all_ready(self) -> bool:
         """Whether every model the server tried to load (and was not told to unload) is ready."""
         for name in set(self.models) | set(self.external_failures):

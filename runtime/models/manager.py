@@ -7,6 +7,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from runtime.errors import ModelLoadError
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, HandlerRegistry, ServerServices
@@ -39,8 +40,10 @@ class ModelManager(LoadedModels):
         execute_timeout: float = DEFAULT_EXECUTE_TIMEOUT_SECONDS,
         rate_limiter: RateLimiter | None = None,
         handlers: HandlerRegistry | None = None,
+        environments_dir: Path | None = None,
     ) -> None:
         super().__init__(repository)
+        self.environments_dir = environments_dir  # where Python models' packed environments are unpacked
         self.handlers = handlers  # the backends' registry (handler name -> class), from the composition root
         self.rate_limiter = rate_limiter  # --rate-limit=execution_count: shared by every model version
         self.max_queue_size = max_queue_size
@@ -213,6 +216,7 @@ class ModelManager(LoadedModels):
                 kind=kind,
                 services=self.services,
                 execute_timeout=self.execute_timeout,
+                environments_dir=self.environments_dir,
             )
             for index, (instance_name, kind, device_id) in enumerate(_instances(spec))
         ]

@@ -103,6 +103,16 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
                                "seconds; 2.51 has no such family"),
     "ensemble outputs not produced": ("follows Triton 2.52: an ensemble output that no composing model produced is "
                                       "left out of the response; 2.51 fails the request"),
+    "reserved headers forwarded": ("follows Triton 2.69: under --http/grpc-header-forward-pattern, a matching header "
+                                   "named as a reserved parameter (sequence_id, priority, timeout, ...) or starting "
+                                   "triton_ refuses the request ('Header ... is reserved for Triton usage and cannot "
+                                   "be forwarded.'); 2.51 forwards it"),
+    "model is_ready": ("follows python_backend 2.67 and Triton 2.68: a Python model's is_ready() is asked by model "
+                       "readiness and, under strict readiness, by server readiness (false, or no answer within 5 s: "
+                       "not ready); 2.51 never calls it"),
+    "forwarded header whitespace": ("an HTTP header value forwarded as a parameter loses its trailing whitespace, "
+                                    "as RFC 9110 has HTTP parsers do; Triton's evhtp keeps it (gRPC metadata keeps "
+                                    "it in both)"),
 }
 
 
