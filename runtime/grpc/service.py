@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from runtime.api import InferenceApi
-from runtime.errors import InvalidArgument, ServingError, Status, Unsupported
+from runtime.errors import InvalidArgument, ServingError, Status, Unavailable, Unsupported
 from runtime.grpc.byte_gate import DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAMS_MAX_BYTES, ByteGate, StreamBytes
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
 from runtime.grpc.stream_order import ResponseOrder
@@ -37,6 +37,8 @@ GRPC_STATUS = {
 FINAL_RESPONSE = "triton_final_response"  # marks each stream response that ends its request
 # A request parameter: send the bare final flag of a decoupled model as an empty response of its own.
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+# Triton 2.58's words (server #7969) for a request that reaches the gRPC endpoint once its drain began
+SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."
 # Status details travel percent-encoded in a trailer; clients refuse trailers past 8 KiB in all.
 MAX_DETAILS_BYTES = 1024
 
@@ -195,6 +197,8 @@ class InferenceServicer:
 
     @_unary
     async def ModelInfer(self, request, context):
+        if self.service.shutting_down:
+            raise Unavailable(SHUTTING_DOWN)
         if self.service.is_decoupled(request.model_name, request.model_version):
             raise Unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
         # the native edge hands over a plain request already decoded (runtime.grpc.codec.plain_infer_request)
@@ -258,6 +262,8 @@ class InferenceServicer:
                     return
                 request = decode_infer_request(message)
                 empty_final = _flag(request.parameters.pop(EMPTY_FINAL_RESPONSE, False))
+                if self.service.shutting_down:  # the requests already running finish; a new one is refused
+                    raise Unavailable(SHUTTING_DOWN)
                 if refusal is not None:
                     raise InvalidArgument(refusal)
                 if forwarded is not None:  # the stream's metadata, on each of its requests (as Triton)

@@ -110,6 +110,11 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
     "model is_ready": ("follows python_backend 2.67 and Triton 2.68: a Python model's is_ready() is asked by model "
                        "readiness and, under strict readiness, by server readiness (false, or no answer within 5 s: "
                        "not ready); 2.51 never calls it"),
+    "gRPC drain": ("follows Triton 2.58: once SIGTERM's drain began, a new request on an open ModelStreamInfer "
+                   "stream (or a new ModelInfer call) is refused UNAVAILABLE, 'GRPC server is shutting down and has "
+                   "stopped accepting new requests.', while those running finish; 2.51 took them until the model's "
+                   "scheduler stopped ('Server is stopping, scheduler for model has stopped accepting new inference "
+                   "requests')"),
     "forwarded header whitespace": ("an HTTP header value forwarded as a parameter loses its trailing whitespace, "
                                     "as RFC 9110 has HTTP parsers do; Triton's evhtp keeps it (gRPC metadata keeps "
                                     "it in both)"),

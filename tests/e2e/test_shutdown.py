@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 
 from runtime.server import EXIT_CUT_OFF, EXIT_GRACE_SECONDS
@@ -107,6 +108,42 @@ def test_sigterm_lets_a_request_shorter_than_the_timeout_finish(tmp_path):
     client.join(30)
     assert process.stop() == 0, process.log()
     assert results == [[1.5]]
+
+
+def test_a_draining_grpc_endpoint_finishes_what_runs_and_refuses_what_is_new(tmp_path):
+    """Triton 2.58 (server #7969): during the drain, a request already running on a stream finishes; a new request
+    on that stream is refused UNAVAILABLE in Triton's words; a new call is not served."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    from runtime.grpc.service import SHUTTING_DOWN
+
+    write_model(tmp_path / "models", "hanging", HANGING_CONFIG, {"1/model.py": HANGING})
+    process = ServerProcess(tmp_path / "models", "--shutdown-timeout", "10").start()
+    answers: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(process.grpc_url)
+
+    def tensor(seconds: float) -> list:
+        inputs = [grpcclient.InferInput("IN", [1], "FP32")]
+        inputs[0].set_data_from_numpy(np.array([seconds], dtype=np.float32))
+        return inputs
+
+    client.start_stream(lambda result, error: answers.put(error or result))
+    client.async_stream_infer("hanging", tensor(2.0), request_id="running")
+    time.sleep(0.5)
+    process.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    client.async_stream_infer("hanging", tensor(0.0), request_id="new")
+    first, second = answers.get(timeout=30), answers.get(timeout=30)
+    refused = first if isinstance(first, Exception) else second
+    served = second if refused is first else first
+    assert refused.message() == SHUTTING_DOWN
+    assert served.as_numpy("OUT").tolist() == [2.0]
+    with pytest.raises(Exception):  # noqa: B017 - refused or not connected, but never served
+        grpcclient.InferenceServerClient(process.grpc_url).infer("hanging", tensor(0.0), client_timeout=5)
+    client.stop_stream()
+    assert process.stop() == 0, process.log()
 
 
 def test_workers_exit_when_the_server_is_killed_outright(tmp_path):
