@@ -96,6 +96,9 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
     http_restrictions, grpc_restrictions = restrictions(settings)
     single_port = serves_single_port(settings) and settings.http_port is not None
     environments_dir = settings.cache_path() / "python-environments"  # made when a model first needs it
+    if settings.grpc_infer_thread_count is not None:
+        logger.info("--grpc-infer-thread-count is accepted as Triton's flag and has no effect "
+                    "here: the native gRPC edge has no completion-queue handler threads")
     return ServerOptions(
         model_repository=settings.repository_path(),
         source=source,
@@ -136,6 +139,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
                 native_lanes=settings.grpc_native_lanes,
                 infer_threads=settings.grpc_infer_threads,
                 max_streams=settings.grpc_max_streams,
+                max_response_pool=settings.grpc_max_response_pool_size,
             ),
             auth_token=settings.auth_token,
             auth_exempt_health=settings.auth_exempt_health,

@@ -108,6 +108,10 @@ def _true_or_false_flag(flag: str, help_text: str) -> list[Flag]:
 _RESTRICTION = "<API>[,<API>...]:<key>=<value>"
 
 
+def _optional_positive_int(value: Any, name: str) -> int | None:
+    return None if value is None else positive_int(value, name)
+
+
 def _forward_pattern(value: Any, name: str) -> str:
     """A header-forward pattern RE2 compiles ("" or null: off)."""
     if value is None or value == "":
@@ -293,6 +297,21 @@ class FunctionSettings:
                 "them); `0`: serve gRPC with grpc.aio instead (no thread per call)",
         flags=[Flag("--grpc-infer-threads", "gRPC ModelInfer calls answered at once (0: grpc.aio server)", int,
                     metavar="N")])
+    grpc_max_response_pool_size: int | None = setting(
+        None, key="server.grpc_max_response_pool_size", check=_optional_positive_int,
+        meaning="gRPC ModelStreamInfer: responses of one request queued and not yet written; past it the request's "
+                "further responses wait until the client takes them (Triton 2.57's `--grpc-max-response-pool-size`, "
+                "unbounded by default as there; `server.stream_max_bytes` bounds their bytes whatever it is)",
+        shown="none", flags=[Flag("--grpc-max-response-pool-size", "responses of one gRPC stream request queued "
+                                  "unsent (default unbounded, as Triton)", int, metavar="N")])
+    grpc_infer_thread_count: int | None = setting(
+        None, key="server.grpc_infer_thread_count", check=_optional_positive_int,
+        meaning="accepted so that Triton's command lines run unchanged, and without effect: Triton's "
+                "`--grpc-infer-thread-count` (2.56) sizes grpc++'s completion-queue handler threads, which the native "
+                "edge does not have (it serves calls on grpc++'s callback threads and the event loop); "
+                "`server.grpc_infer_threads` bounds the grpcio fallback",
+        shown="none", flags=[Flag("--grpc-infer-thread-count", "accepted as Triton's flag; no effect here", int,
+                                  metavar="N")])
     grpc_max_streams: int = setting(
         1024, key="server.grpc_max_streams", check=positive_int,
         meaning="gRPC ModelStreamInfer streams open at once (on grpcio's thread-pool server each holds two "

@@ -22,3 +22,4 @@ class GrpcLimits:
     native_lanes: bool = True  # on the native edge: plain ModelInfer calls past the loop (runtime/grpc/native_lanes.py)
     infer_threads: int = 256  # ModelInfer calls answered at once by the thread-pool server (0: grpc.aio instead)
     max_streams: int = 1024  # ModelStreamInfer streams open at once (not on grpc.aio); more: RESOURCE_EXHAUSTED
+    max_response_pool: int | None = None  # a stream request's responses queued unsent (Triton's response pool)

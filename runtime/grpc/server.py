@@ -165,7 +165,7 @@ def create_servicer(service: InferenceApi, limits: GrpcLimits,
                     header_forward: HeaderForward | None = None) -> InferenceServicer:
     """The servicer over ``service``, its streams bounded as ``limits`` say (grpcio's server and the ASGI one)."""
     return InferenceServicer(service, limits.stream_max_in_flight, limits.stream_max_bytes, limits.streams_max_bytes,
-                             header_forward)
+                             header_forward, limits.max_response_pool)
 
 
 def _method_handlers(servicer: InferenceServicer) -> grpc.GenericRpcHandler:

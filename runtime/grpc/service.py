@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -150,8 +150,9 @@ class InferenceServicer:
     def __init__(self, service: InferenceApi, stream_max_in_flight: int = 64,
                  stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES,
                  streams_max_bytes: int = DEFAULT_STREAMS_MAX_BYTES,
-                 header_forward: HeaderForward | None = None) -> None:
+                 header_forward: HeaderForward | None = None, max_response_pool: int | None = None) -> None:
         self.service = service
+        self.max_response_pool = max_response_pool  # a stream request's responses queued unsent (None: no bound)
         self.header_forward = header_forward  # call metadata infer requests carry as parameters
         self.stream_max_in_flight = stream_max_in_flight
         self.stream_max_bytes = stream_max_bytes
@@ -236,16 +237,20 @@ class InferenceServicer:
             except ServingError as exc:
                 refusal = exc.message
 
-        async def answer(message: service_pb2.ModelStreamInferResponse | None, final: bool) -> None:
-            """Queue a response (None: a bare final flag nobody asked to see) once its bytes fit."""
+        async def answer(message: service_pb2.ModelStreamInferResponse | None, final: bool,
+                         sent: Callable[[], None] | None = None) -> None:
+            """Queue a response (None: a bare final flag nobody asked to see) once its bytes fit; ``sent`` is
+            called once it is written."""
             size = message.ByteSize() if message is not None else 0
             await held.acquire(size)
-            results.put_nowait((message, final, size))
+            results.put_nowait((message, final, size, sent))
 
         async def run(message: service_pb2.ModelInferRequest | Undecodable, size: int, turn: int | None) -> None:
             """Run one request of ``size`` bytes; its bytes are let go once it answers, or ends.  ``turn``: its place
             among the stream's default-mode requests (None: a decoupled model's, answered as responses come)."""
             ended = False
+            # --grpc-max-response-pool-size: this request's responses queued and not yet written
+            pool = asyncio.Semaphore(self.max_response_pool) if self.max_response_pool else None
 
             async def reply(response: service_pb2.ModelStreamInferResponse | None, final: bool) -> None:
                 nonlocal size, ended
@@ -253,7 +258,11 @@ class InferenceServicer:
                 size = 0
                 if turn is not None:
                     await order.wait(turn)
-                await answer(response, final)
+                if pool is not None and response is not None:
+                    await pool.acquire()
+                    await answer(response, final, pool.release)
+                else:
+                    await answer(response, final)
                 ended = final
 
             try:
@@ -282,7 +291,7 @@ class InferenceServicer:
                 if turn is not None:
                     order.end(turn)
                 if not ended:  # cancelled: free the slot all the same
-                    results.put_nowait((None, True, 0))
+                    results.put_nowait((None, True, 0, None))
 
         async def read_all() -> None:
             iterator = request_iterator.__aiter__()
@@ -303,9 +312,11 @@ class InferenceServicer:
         reader = asyncio.create_task(read_all())
         try:
             while (entry := await results.get()) is not None:
-                message, ends_request, size = entry
+                message, ends_request, size, sent = entry
                 if message is not None:
                     yield message
+                if sent is not None:
+                    sent()
                 held.release(size)
                 if ends_request:
                     slots.release()
