@@ -21,7 +21,9 @@ from bootstrap.errors import BootstrapError
 from bootstrap.settings import SETTINGS_CLASSES, FunctionSettings, SettingsError, apply_settings_flags, load_settings
 from bootstrap.settings_meaning import (
     histogram_latencies,
+    openai_options,
     rate_limit_resources,
+    restriction_secrets,
     restrictions,
     serves_single_port,
     trace_settings,
@@ -94,6 +96,9 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
     from runtime.server import ServerOptions
 
     http_restrictions, grpc_restrictions = restrictions(settings)
+    openai = openai_options(settings)
+    if openai.restrictions:
+        logger.info("OpenAI API restrictions enabled: %s", openai.restrictions.summary())  # header names only
     single_port = serves_single_port(settings) and settings.http_port is not None
     environments_dir = settings.cache_path() / "python-environments"  # made when a model first needs it
     if settings.grpc_infer_thread_count is not None:
@@ -118,7 +123,7 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
             single_port=single_port,
             max_request_bytes=settings.max_request_bytes,
             grpc_max_message_bytes=settings.grpc_max_message_bytes,
-            openai_default_max_tokens=settings.openai_default_max_tokens,
+            openai=openai,
             http_header_forward=settings.http_header_forward_pattern,
             grpc_header_forward=settings.grpc_header_forward_pattern,
             json_decode_budget=settings.json_decode_budget_bytes,
@@ -199,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         logger.error("invalid settings: %s", exc)
         return 2
-    redact_secrets([settings.auth_token or "", *storage_secrets()])  # no credential reaches the log, at any level
+    # no credential reaches the log, at any level (nor a restricted API's header value)
+    redact_secrets([settings.auth_token or "", *storage_secrets(), *restriction_secrets(settings)])
     if args.command == "sync":
         return _sync(settings, args.model)
     if not settings.remote and not settings.repository_path().is_dir():

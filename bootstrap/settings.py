@@ -225,6 +225,23 @@ class FunctionSettings:
                 "(`openai.default_max_tokens` parameter) sets none, as Triton's OpenAI frontend",
         flags=[Flag("--default-max-tokens", "max_tokens where a request gives none (default 16, as Triton)", int,
                     metavar="N")])
+    openai_max_tool_call_parse_bytes: int = setting(
+        128 << 10, key="openai.max_tool_call_parse_bytes", check=positive_int,
+        meaning="a streamed chat completion offering tools holds its text to parse the tool calls at the end; past "
+                "this many bytes the model is cancelled and the stream ends with `finish_reason: \"length\"`, as "
+                "Triton's OpenAI frontend's `--max-tool-call-parse-bytes`",
+        flags=[Flag("--max-tool-call-parse-bytes", "bytes of a tool-offering stream's text held (default 131072, as "
+                    "Triton)", int, metavar="BYTES")])
+    openai_restricted_api: tuple[str, ...] = setting(
+        (), key="openai.restricted_api", check=text_list("'<API>[,<API>...] <key> <value>'"),
+        meaning="OpenAI-compatible API groups answered only to requests with a header, as Triton's OpenAI "
+                "frontend's `--openai-restricted-api <API>[,<API>...] <key> <value>` (repeatable): `inference` "
+                "(completions, chat, embeddings), `model-repository` (`/v1/models`, load, unload), `metrics` "
+                "(`/metrics` on the metrics port), `health` (`GET /health/ready`); refused: 401 with OpenAI's error "
+                "object; the values never reach the log",
+        flags=[Flag("--openai-restricted-api", "answer these OpenAI API groups only to requests with this header "
+                    "(repeatable, as Triton's frontend)", metavar="'<API>[,<API>...] <key> <value>'",
+                    repeatable=True, adds=False, words=True)])
     allow_client_shm: bool = setting(
         False, key="server.allow_client_shm", check=boolean,
         meaning="let clients register and unregister shared-memory regions (system and CUDA) for their inputs and "

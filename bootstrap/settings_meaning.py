@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from bootstrap.settings_schema import SettingsError
 from runtime.extensions.tracing import TraceSettings, parse_trace_config
+from runtime.openai.options import OpenAiOptions
+from runtime.openai.restrictions import OpenAiRestrictions
 from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
@@ -30,6 +32,7 @@ def check_settings(settings: FunctionSettings) -> None:
 def check_restrictions(settings: FunctionSettings) -> None:
     """The endpoint restrictions parse (SettingsError naming the setting otherwise)."""
     restrictions(settings)
+    openai_options(settings)
 
 
 def restrictions(settings: FunctionSettings) -> tuple[RestrictedApis, RestrictedApis]:
@@ -39,6 +42,22 @@ def restrictions(settings: FunctionSettings) -> tuple[RestrictedApis, Restricted
                 RestrictedApis.parse(settings.grpc_restricted_protocol, "server.grpc_restricted_protocol"))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+
+
+def restriction_secrets(settings: FunctionSettings) -> list[str]:
+    """The header values every restriction expects: redacted from the log as the token is."""
+    http, grpc = restrictions(settings)
+    found = [r.value for r in (*http.by_group.values(), *grpc.by_group.values())]
+    return found + [r.value for r in openai_options(settings).restrictions.by_api.values()]
+
+
+def openai_options(settings: FunctionSettings) -> OpenAiOptions:
+    """The OpenAI-compatible endpoints' options (SettingsError naming a restriction that does not parse)."""
+    try:
+        parsed = OpenAiRestrictions.parse(settings.openai_restricted_api)
+    except ValueError as exc:
+        raise SettingsError(f"openai.restricted_api: {exc}") from None
+    return OpenAiOptions(settings.openai_default_max_tokens, settings.openai_max_tool_call_parse_bytes, parsed)
 
 
 def trace_settings(settings: FunctionSettings) -> TraceSettings:

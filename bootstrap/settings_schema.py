@@ -37,6 +37,7 @@ class Flag:
     adds: bool = True
     commands: tuple[str, ...] = ("run",)
     bare: str | None = None
+    words: bool = False  # the flag takes one or more words, joined by spaces (Triton's frontend's nargs=3 flag)
 
     @property
     def dest(self) -> str:
@@ -218,6 +219,8 @@ def add_flags(parser: argparse.ArgumentParser, command: str, classes: Iterable[t
                     choices = [flag.convert(choice) for choice in flag.choices]
                     metavar = "{" + ",".join(flag.choices) + "}"
                 bare = {} if flag.bare is None else {"nargs": "?", "const": flag.convert(flag.bare)}
+                if flag.words:
+                    bare = {"nargs": "+"}
                 parser.add_argument(flag.name, dest=flag.dest, action="append" if flag.repeatable else "store",
                                     type=_argument_type(flag), choices=choices, metavar=metavar, help=flag.help,
                                     **bare)
@@ -244,6 +247,8 @@ def apply_flags(target: Any, args: argparse.Namespace) -> None:
             given = getattr(args, flag.dest, None)
             if given is None or given is False and flag.convert is None:  # not given (a switch: not set)
                 continue
+            if flag.words:  # each use's words as one text
+                given = [" ".join(words) for words in given] if flag.repeatable else " ".join(given)
             if flag.convert is None:
                 value = flag.const
             elif flag.repeatable and flag.adds:

@@ -23,7 +23,7 @@ from runtime.header_forward import header_forward
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer, check_bindable
-from runtime.openai.llm_model import DEFAULT_MAX_TOKENS
+from runtime.openai.options import OpenAiOptions
 from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class AdapterSettings:
     http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --http-restricted-api
     grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
     single_port: bool = False  # REST and gRPC both on http_port (runtime/listen/single_port.py)
-    openai_default_max_tokens: int = DEFAULT_MAX_TOKENS  # OpenAI's max_tokens where a request and its model give none
+    openai: OpenAiOptions = field(default_factory=OpenAiOptions)  # the OpenAI-compatible endpoints' options
     http_header_forward: str = ""  # headers infer requests carry as parameters (--http-header-forward-pattern)
     grpc_header_forward: str = ""  # call metadata the same (--grpc-header-forward-pattern)
 
@@ -180,7 +180,7 @@ class ProtocolAdapters:
         return create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
                                settings.http_limits.body_timeout, settings.json_decode_budget,
                                settings.http_limits.unsent_bytes(), settings.http_restrictions, lanes,
-                               settings.openai_default_max_tokens, header_forward(settings.http_header_forward))
+                               settings.openai, header_forward(settings.http_header_forward))
 
     def _listening_fd(self) -> int | None:
         settings = self.settings

@@ -155,7 +155,8 @@ class Server:
                 adapters = ProtocolAdapters(self.service, endpoints)
             await adapters.start()
             if options.metrics_port is not None:
-                metrics = create_metrics_app(self.service, auth, options.metrics_histograms)
+                metrics = create_metrics_app(self.service, auth, options.metrics_histograms,
+                                             options.adapters.openai.restrictions)
                 after_load.append(metrics.state.prepare_metrics)
                 listeners.append(HttpServer(metrics, endpoints.host, options.metrics_port, endpoints.http_limits))
             for listener in listeners:

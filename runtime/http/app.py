@@ -33,8 +33,9 @@ from runtime.http.infer_route import InferRoute
 from runtime.http.restricted import RestrictedApiMiddleware
 from runtime.http.sending import UnsentBytes
 from runtime.http.status import error_body, error_status
-from runtime.openai.llm_model import DEFAULT_MAX_TOKENS
-from runtime.openai.routes import create_openai_app
+from runtime.openai.options import OpenAiOptions
+from runtime.openai.restrictions import OpenAiRestrictionMiddleware, OpenAiRestrictions
+from runtime.openai.routes import create_openai_app, openai_health_route
 from runtime.restricted_api import RestrictedApis
 
 logger = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ def create_http_app(
     unsent: UnsentBytes | None = None,
     restrictions: RestrictedApis | None = None,
     lanes: DirectLanes | None = None,
-    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    openai: OpenAiOptions | None = None,
     header_forward: HeaderForward | None = None,
 ) -> ASGIApp:
     """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
@@ -282,8 +283,9 @@ def create_http_app(
             Route(prefix + "/generate", generate.generate, methods=["POST"]),
             Route(prefix + "/generate_stream", generate.generate_stream, methods=["POST"]),
         ]
-    routes.append(Mount("/v1", app=create_openai_app(service, max_body_bytes, body_timeout,
-                                                     default_max_tokens)))  # OpenAI's API
+    openai = openai or OpenAiOptions()
+    routes.append(openai_health_route(service))  # Triton's OpenAI frontend's, at the root
+    routes.append(Mount("/v1", app=create_openai_app(service, max_body_bytes, body_timeout, openai)))  # OpenAI's API
     exception_handlers = {ServingError: _serving_error, HTTPException: _http_error, Exception: _unexpected_error}
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect
@@ -291,12 +293,15 @@ def create_http_app(
                                  unsent or UnsentBytes(), None if header_forward else lanes, header_forward)
     if restrictions:
         served = RestrictedApiMiddleware(served, restrictions)
+    if openai.restrictions:
+        served = OpenAiRestrictionMiddleware(served, openai.restrictions)
     return TokenAuthMiddleware(served, auth, exempt_health) if auth else served
 
 
 def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None,
-                       histograms: bool = False) -> Starlette:
-    """Prometheus ``/metrics`` (served on its own port, 8002 by default).
+                       histograms: bool = False, restrictions: OpenAiRestrictions | None = None) -> Starlette:
+    """Prometheus ``/metrics`` (served on its own port, 8002 by default; behind ``--openai-restricted-api``'s
+    ``metrics`` header where ``restrictions`` names it).
 
     prometheus_client and psutil load with the registry, which is made by the first scrape or by
     ``app.state.prepare_metrics()`` (the server calls it in a thread of its own once the cold start's models are
@@ -321,9 +326,12 @@ def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None,
         prepare_metrics()
         return Response(render_metrics(registry), media_type=CONTENT_TYPE)
 
+    middleware = [Middleware(TokenAuthMiddleware, auth=auth, exempt_health=False)] if auth else []
+    if restrictions:
+        middleware.append(Middleware(OpenAiRestrictionMiddleware, restrictions=restrictions))
     app = Starlette(
         routes=[Route("/metrics", metrics, methods=["GET"])],
-        middleware=[Middleware(TokenAuthMiddleware, auth=auth, exempt_health=False)] if auth else [],
+        middleware=middleware,
         exception_handlers={HTTPException: _http_error, Exception: _unexpected_error},
     )
     app.state.prepare_metrics = prepare_metrics

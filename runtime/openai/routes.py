@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
-import time
-import uuid
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runtime.api import InferenceApi
@@ -29,28 +25,23 @@ from runtime.http.body import read_body
 from runtime.http.codec import parse_json
 from runtime.http.status import error_status
 from runtime.openai.chat import parse_tool_calls, render_chat
+from runtime.openai.completion_call import Generation
 from runtime.openai.generation import (
     CHAT_FIELDS,
     COMPLETION_FIELDS,
     EMBEDDING_FIELDS,
     FieldError,
-    Piece,
-    Sampling,
-    StopScan,
-    Usage,
     check_fields,
-    finish_reason,
     inference_request,
-    pieces,
     read_sampling,
 )
-from runtime.openai.llm_model import DEFAULT_MAX_TOKENS, LlmModel, read_llm_model
+from runtime.openai.llm_model import LlmModel, read_llm_model
 from runtime.openai.model_management import ModelManagementRoutes
+from runtime.openai.options import OpenAiOptions
 
 logger = logging.getLogger(__name__)
 MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own bound on one request's inputs
 EMBEDDING_WINDOW_MIN = 4
-EVENT_STREAM = "text/event-stream; charset=utf-8"
 _ERROR_TYPES = {Status.NOT_FOUND: "invalid_request_error", Status.INVALID_ARG: "invalid_request_error",
                 Status.UNAUTHENTICATED: "authentication_error", Status.RESOURCE_EXHAUSTED: "invalid_request_error"}
 
@@ -81,17 +72,13 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
                                    "code": None}}, status_code=500)
 
 
-def _sse(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
-
-
 class OpenAiRoutes:
     """``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` and ``/v1/embeddings`` over the core."""
 
     def __init__(self, service: InferenceApi, max_body_bytes: int, body_timeout: float,
-                 default_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+                 options: OpenAiOptions | None = None) -> None:
         self.service = service
-        self.default_max_tokens = default_max_tokens  # where a request and the model's config give none
+        self.options = options or OpenAiOptions()
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
         self._models: dict[str, tuple[Any, LlmModel]] = {}  # name -> (the config it was read from, the model)
@@ -107,7 +94,7 @@ class OpenAiRoutes:
         if cached is not None and (cached[0] is spec or cached[0] == spec):  # a reload gives another spec
             return cached[1]
         model = read_llm_model(name, spec, self.service.model_directory(name), self.service.is_decoupled(name),
-                               self.default_max_tokens)
+                               self.options.default_max_tokens)
         self._models[name] = (spec, model)
         return model
 
@@ -145,7 +132,7 @@ class OpenAiRoutes:
         if not isinstance(echo, bool):
             raise FieldError("echo", "'echo' must be true or false")
         sampling = read_sampling(body, model, ("max_tokens",))
-        call = Generation(self.service, model, prompt, sampling, "cmpl")
+        call = Generation(self.service, model, prompt, sampling, "cmpl", self.options.max_tool_call_parse_bytes)
         if sampling.stream:
             return await call.stream_response(lambda text: {"text": text, "index": 0, "logprobs": None},
                                               "text_completion", prefix=prompt if echo else "")
@@ -175,7 +162,7 @@ class OpenAiRoutes:
         prompt = await asyncio.to_thread(render_chat, model.chat_template, model.name,  # as long as the body: off
                                          [_plain(m) for m in messages], offered, model.bos_token, model.eos_token)
         sampling = read_sampling(body, model, ("max_completion_tokens", "max_tokens"))
-        call = Generation(self.service, model, prompt, sampling, "chatcmpl")
+        call = Generation(self.service, model, prompt, sampling, "chatcmpl", self.options.max_tool_call_parse_bytes)
         if sampling.stream:
             return await call.stream_response(lambda text: {"index": 0, "delta": {"content": text},
                                                             "logprobs": None},
@@ -251,108 +238,6 @@ class OpenAiRoutes:
         return np.asarray(outputs[model.embedding_output], dtype=np.float32).reshape(-1)
 
 
-class Generation:
-    """One completion or chat request's run over the core, answered whole or as a stream of chunks."""
-
-    def __init__(self, service: InferenceApi, model: LlmModel, prompt: str, sampling: Sampling, kind: str) -> None:
-        self.service = service
-        self.model = model
-        self.prompt = prompt
-        self.sampling = sampling
-        self.id = f"{kind}-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-
-    def envelope(self, obj: str, choices: list[dict], usage: dict | None) -> dict[str, Any]:
-        """A response, or a stream's chunk (usage only in the last, and only when asked for)."""
-        answer: dict[str, Any] = {"id": self.id, "object": obj, "created": self.created, "model": self.model.name,
-                                  "choices": choices}
-        if usage is not None or not self.sampling.stream:
-            answer["usage"] = usage
-        return answer
-
-    async def run(self) -> tuple[str, str, dict | None]:
-        """The whole text, the finish reason and the usage."""
-        scan, usage, given, parts = StopScan(self.sampling.stops), Usage(), None, []
-        stream = self.service.infer_stream(inference_request(self.model, self.prompt, self.sampling))
-        try:
-            async for piece in pieces(self.model, stream):
-                usage.add(piece)
-                given = piece.finish_reason or given
-                parts.append(scan.feed(piece.text))
-                if scan.stopped:
-                    break
-        finally:
-            await stream.aclose()  # a stop sequence seen: the rest is not wanted (the model is cancelled)
-        text = "".join(parts) + scan.flush()
-        counted = await asyncio.to_thread(usage.finish, self.model, self.prompt, text)  # a tokenizer: off the loop
-        return text, finish_reason(given, usage, self.sampling, scan.stopped), counted
-
-    async def stream_response(self, chunk: Callable[[str], dict], obj: str, role: bool = False, tools: bool = False,
-                              prefix: str = "") -> Response:
-        """Server-sent events; an error before the first piece answers with its status instead."""
-        stream = self.service.infer_stream(inference_request(self.model, self.prompt, self.sampling))
-        generated = pieces(self.model, stream)
-        try:
-            first = await anext(generated, None)
-        except BaseException:
-            await stream.aclose()
-            raise
-        return StreamingResponse(self._events(first, generated, stream, chunk, obj, role, tools, prefix),
-                                 media_type=EVENT_STREAM)
-
-    async def _events(self, first: Piece | None, generated: AsyncIterator[Piece], stream: Any,
-                      chunk: Callable[[str], dict], obj: str, role: bool, tools: bool,
-                      prefix: str) -> AsyncIterator[bytes]:
-        scan, usage, given, sent = StopScan(self.sampling.stops), Usage(), None, []
-        try:
-            if role:
-                opening = chunk("")
-                opening["delta"] = {"role": "assistant", "content": ""}
-                yield _sse(self.envelope(obj, [opening | {"finish_reason": None}], None))
-            if prefix:
-                yield _sse(self.envelope(obj, [chunk(prefix) | {"finish_reason": None}], None))
-            piece = first
-            while piece is not None:
-                usage.add(piece)
-                given = piece.finish_reason or given
-                text = scan.feed(piece.text)
-                sent.append(text)
-                if text and not tools:  # with tools offered the text is held: it may be a call, parsed at the end
-                    yield _sse(self.envelope(obj, [chunk(text) | {"finish_reason": None}], None))
-                if scan.stopped:
-                    break
-                piece = await anext(generated, None)
-            tail = scan.flush()
-            sent.append(tail)
-            text = "".join(sent)
-            reason = finish_reason(given, Usage(usage.prompt_tokens, usage.completion_tokens, usage.counted),
-                                   self.sampling, scan.stopped)
-            last = chunk("")
-            if tools:
-                content, calls = parse_tool_calls(text)
-                delta: dict[str, Any] = {"content": content}
-                if calls:
-                    delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
-                    reason = "tool_calls"
-                last["delta"] = delta
-            elif tail:
-                yield _sse(self.envelope(obj, [chunk(tail) | {"finish_reason": None}], None))
-            if "delta" in last and not tools:
-                last["delta"] = {}
-            elif "text" in last:
-                last["text"] = ""
-            yield _sse(self.envelope(obj, [last | {"finish_reason": reason}], None))
-            if self.sampling.include_usage:
-                counted = await asyncio.to_thread(usage.finish, self.model, self.prompt, text)
-                yield _sse(self.envelope(obj, [], counted or {"prompt_tokens": 0, "completion_tokens": 0,
-                                                              "total_tokens": 0}))
-            yield b"data: [DONE]\n\n"
-        except ServingError as exc:  # after the first event the status is sent: the error goes in the stream
-            yield _sse({"error": {"message": exc.message, "type": "server_error", "param": None, "code": None}})
-        finally:
-            await stream.aclose()
-
-
 def _is_message(message: Any) -> bool:
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         return False
@@ -379,9 +264,21 @@ def _is_named_choice(choice: Any) -> bool:
             and isinstance(choice["function"].get("name"), str))
 
 
+def openai_health_route(service: InferenceApi) -> Route:
+    """Triton's OpenAI frontend's ``GET /health/ready``, served at the HTTP port's root beside ``/v1``."""
+
+    async def ready(request: Request) -> Response:
+        if await service.ready_checked():
+            return Response(status_code=200)
+        return JSONResponse({"detail": "Attached inference engine is not ready for inference requests."},
+                            status_code=400)
+
+    return Route("/health/ready", ready, methods=["GET"])
+
+
 def create_openai_app(service: InferenceApi, max_body_bytes: int, body_timeout: float,
-                      default_max_tokens: int = DEFAULT_MAX_TOKENS) -> Starlette:
-    routes = OpenAiRoutes(service, max_body_bytes, body_timeout, default_max_tokens)
+                      options: OpenAiOptions | None = None) -> Starlette:
+    routes = OpenAiRoutes(service, max_body_bytes, body_timeout, options)
     management = ModelManagementRoutes(service, routes.forget_model)
     return Starlette(routes=[
         Route("/models", routes.list_models, methods=["GET"]),

@@ -67,6 +67,9 @@ def test_the_models_are_served_by_front_end_processes(server):
         return {c.laddr.port for c in psutil.Process(pid).net_connections("tcp") if c.status == psutil.CONN_LISTEN}
 
     for pid in frontend_pids(server):  # each front end listens on the gRPC port (SO_REUSEPORT)
+        deadline = time.monotonic() + 30  # ready once one front end answers: the other may still be starting
+        while server.grpc_port not in listening(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert server.grpc_port in listening(pid)
     owner = listening(server.process.pid)
     assert server.grpc_port not in owner  # it holds the port bound, without taking connections
