@@ -37,7 +37,9 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from runtime.http.body import MAX_BODY_CHUNKS, TOO_MANY_CHUNKS
 from runtime.http.server import HttpLimits
+from runtime.http.status import error_body
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,12 @@ FD_RESERVE = 64
 MIN_AGE_SECONDS = 0.4
 HEADERS_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
                      b"content-length: 32\r\nconnection: close\r\n\r\nrequest header fields too large\n")
+
+
+_TOO_MANY_CHUNKS_BODY = error_body(TOO_MANY_CHUNKS)
+TOO_MANY_CHUNKS_ANSWER = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
+                          + str(len(_TOO_MANY_CHUNKS_BODY)).encode() + b"\r\nconnection: close\r\n\r\n"
+                          + _TOO_MANY_CHUNKS_BODY)
 
 
 class CoalescingTransport:
@@ -99,6 +107,8 @@ class BoundedHttp1Protocol(HttpToolsProtocol):
         self.requests_begun = 0
         self.header_bytes = 0
         self.headers_too_large = False
+        self.chunks = 0  # chunk headers of the request being read (a chunked body's, its last empty one too)
+        self.too_many_chunks = False
         self.in_headers = False  # a request begun whose headers are not all here
         self.header_deadline: asyncio.TimerHandle | None = None
 
@@ -121,7 +131,16 @@ class BoundedHttp1Protocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.header_bytes = 0
+        self.chunks = 0
         self.in_headers = True
+
+    def on_chunk_header(self) -> None:
+        """At most MAX_BODY_CHUNKS non-empty chunks, as Triton 2.69 (the parser stops; send_400_response answers in
+        Triton's words).  httptools hands over a read's chunks together, so this bounds work, not memory."""
+        self.chunks += 1
+        if self.chunks > MAX_BODY_CHUNKS + 1:  # the last, empty chunk has a header too
+            self.too_many_chunks = True
+            raise ValueError("too many chunks")
 
     def on_url(self, url: bytes) -> None:
         self._count_header_bytes(len(url))
@@ -141,6 +160,9 @@ class BoundedHttp1Protocol(HttpToolsProtocol):
         """The parser's refusal: 431 where the headers were too large (``_count_header_bytes`` stopped it)."""
         if self.headers_too_large:
             self.transport.write(HEADERS_TOO_LARGE)
+            self.transport.close()
+        elif self.too_many_chunks:
+            self.transport.write(TOO_MANY_CHUNKS_ANSWER)
             self.transport.close()
         else:
             super().send_400_response(msg)

@@ -14,6 +14,12 @@ from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import Cancelled, DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable, Unsupported
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+# A body without a Content-Length (chunked, or HTTP/2 frames) is held as the pieces the listener hands over: at
+# most this many non-empty ones, as Triton 2.69 caps a chunked body's chunks (server #8770), so that a million
+# one-byte chunks cannot cost a million objects.
+MAX_BODY_CHUNKS = 1 << 16
+TOO_MANY_CHUNKS = (f"Chunked request body exceeds maximum of {MAX_BODY_CHUNKS} non-empty chunks. Send fewer or "
+                   "larger HTTP chunks.")
 DEFAULT_BODY_TIMEOUT = 120.0
 DEFAULT_JSON_BUDGET_BYTES = 256 * 1024 * 1024
 
@@ -58,6 +64,7 @@ async def receive_asgi_body(
         return await _receive_into(receive, memoryview(target).cast("B")[:expected], timeout)
     chunks: list[bytes] = []
     total = 0
+    pieces_left = MAX_BODY_CHUNKS if expected < 0 else -1  # a chunked body: at most that many pieces
     try:
         with deadline_wheel().timeout(timeout) if timeout is not None else _UNBOUNDED:
             while total != expected:
@@ -69,6 +76,9 @@ async def receive_asgi_body(
                     total += len(chunk)
                     if total > limit:
                         raise _too_large(limit)
+                    if pieces_left == 0:
+                        raise InvalidArgument(TOO_MANY_CHUNKS)
+                    pieces_left -= 1
                     chunks.append(chunk)
                 if not message.get("more_body", False):
                     return chunks

@@ -115,6 +115,9 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
                    "stopped accepting new requests.', while those running finish; 2.51 took them until the model's "
                    "scheduler stopped ('Server is stopping, scheduler for model has stopped accepting new inference "
                    "requests')"),
+    "HTTP chunk count": ("follows Triton 2.69: a chunked request body of more than 65,536 non-empty chunks is "
+                         "refused (400, 'Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer "
+                         "or larger HTTP chunks.'); 2.51 reads any number"),
     "forwarded header whitespace": ("an HTTP header value forwarded as a parameter loses its trailing whitespace, "
                                     "as RFC 9110 has HTTP parsers do; Triton's evhtp keeps it (gRPC metadata keeps "
                                     "it in both)"),
