@@ -179,6 +179,11 @@ class ModelHandler(abc.ABC):
         return ""
 
     @property
+    def worker_restarts(self) -> int:
+        """How many times this instance's worker process was lost and restarted (backends with one)."""
+        return 0
+
+    @property
     def checks_readiness(self) -> bool:
         """Whether the model has a readiness check of its own (a Python model's ``is_ready``)."""
         return False

@@ -149,6 +149,10 @@ class PythonBackendHandler(ModelHandler):
         return "" if self.available else self.supervisor.down_reason
 
     @property
+    def worker_restarts(self) -> int:
+        return self.supervisor.restarts
+
+    @property
     def checks_readiness(self) -> bool:
         worker = self.supervisor.worker
         if self._runner is not None:

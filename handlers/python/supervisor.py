@@ -36,6 +36,7 @@ class WorkerSupervisor:
         self._lock = threading.Lock()
         self.closing = threading.Event()
         self.down_reason = ""
+        self.restarts = 0  # workers lost and restarted (each loss counts once, however many attempts it takes)
         self._restarter: threading.Thread | None = None
 
     @property
@@ -158,6 +159,7 @@ class WorkerSupervisor:
         if self.closing.is_set():
             return
         logger.warning("%s: %s; restarting its worker", self.label, what)
+        self.restarts += 1
         if self._restarter is None or not self._restarter.is_alive():
             self._restarter = threading.Thread(target=self._restart_until_up, args=(what,), daemon=True,
                                                name=f"restart-{self.label}")

@@ -82,6 +82,7 @@ class ServerCollector:
             yield from _gpu_metrics()
         yield _batch_size_histogram(models)
         yield from _lane_metrics([model for model, _ in models])
+        yield from _readiness_metrics([model for model, _ in models])
         yield from _latency_histograms([model for model, _ in models], self.histograms)
         if self.on_demand is not None:
             yield from _on_demand_metrics(self.on_demand)
@@ -106,6 +107,21 @@ def _lane_metrics(models: list[ModelVersion]) -> Iterator[Metric]:
     yield _metric("serverless_triton_lane_requests_total", "counter", "Inference requests served on the model's "
                   "native lane, past the scheduler (counted in nv_inference_request_success or _failure too)",
                   [(labels, served) for labels, (_, _, served) in lanes])
+
+
+def _readiness_metrics(models: list[ModelVersion]) -> Iterator[Metric]:
+    """What readiness reports while Python workers are restarted: a version is ready while one of its instances
+    can serve (its worker up, no execution stuck past its timeout)."""
+    yield _metric("serverless_triton_model_ready", "gauge", "1 while the model version can serve (at least one "
+                  "instance available), 0 while every instance is being restarted or stuck",
+                  [(_labels(model), float(model.ready)) for model in models])
+    yield _metric("serverless_triton_instances_unavailable", "gauge", "Instances of the model version that cannot "
+                  "serve now (a Python worker being restarted)",
+                  [(_labels(model), sum(not instance.available for instance in model.instances)) for model in models])
+    yield _metric("serverless_triton_worker_restarts_total", "counter", "Python-backend workers of the model version "
+                  "lost (crashed, killed, past execute_timeout or their memory limit) and restarted",
+                  [(_labels(model), sum(instance.worker_restarts for instance in model.instances))
+                   for model in models])
 
 
 def _on_demand_metrics(loader: OnDemandLoader) -> Iterator[Metric]:

@@ -118,6 +118,10 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
     "HTTP chunk count": ("follows Triton 2.69: a chunked request body of more than 65,536 non-empty chunks is "
                          "refused (400, 'Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer "
                          "or larger HTTP chunks.'); 2.51 reads any number"),
+    "readiness during a worker restart": ("a Python model's worker that dies is restarted: the model stays ready "
+                                          "while another of its instances can serve, and is not ready (strict "
+                                          "server readiness too) while none can; Triton 2.68 reports a model not "
+                                          "ready while any of its stubs is dead, 2.51 reported it ready"),
     "forwarded header whitespace": ("an HTTP header value forwarded as a parameter loses its trailing whitespace, "
                                     "as RFC 9110 has HTTP parsers do; Triton's evhtp keeps it (gRPC metadata keeps "
                                     "it in both)"),

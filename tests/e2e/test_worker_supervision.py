@@ -45,6 +45,10 @@ class TritonPythonModel:
 """
 
 
+READINESS_FAMILIES = ("serverless_triton_model_ready", "serverless_triton_instances_unavailable",
+                      "serverless_triton_worker_restarts_total")
+
+
 @pytest.fixture
 def flaky(tmp_path):
     flag = tmp_path / "fail-initialize"
@@ -87,6 +91,9 @@ def test_a_failing_restart_is_retried_and_visible_until_it_succeeds(flaky):
     assert row["state"] == "UNAVAILABLE"
     assert "exited with code 7" in row["reason"] and "the GPU is gone" in row["reason"]
     assert httpx.get(f"http://{url}/v2/models/flaky/ready").status_code == 400
+    assert _readiness_metrics(process, "flaky") == {"serverless_triton_model_ready": 0.0,
+                                                     "serverless_triton_instances_unavailable": 1.0,
+                                                     "serverless_triton_worker_restarts_total": 1.0}
     with pytest.raises(InferenceServerException) as down:
         _infer(url, 2.0)
     assert down.value.status() == "503"
@@ -98,6 +105,48 @@ def test_a_failing_restart_is_retried_and_visible_until_it_succeeds(flaky):
     assert _infer(url, 3.0).as_numpy("OUT").tolist() == [3.0]
     assert _index(url)[0]["state"] == "READY"
     assert "worker restarted (attempt" in process.log()
+    assert _readiness_metrics(process, "flaky") == {"serverless_triton_model_ready": 1.0,
+                                                     "serverless_triton_instances_unavailable": 0.0,
+                                                     "serverless_triton_worker_restarts_total": 1.0}
+
+
+def _readiness_metrics(process: ServerProcess, model: str) -> dict[str, float]:
+    """The readiness families' values for ``model``'s version 1, from /metrics."""
+    found = {}
+    for line in httpx.get(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=10).text.splitlines():
+        name, _, rest = line.partition("{")
+        if name in READINESS_FAMILIES and f'model="{model}"' in rest:
+            found[name] = float(rest.rsplit(" ", 1)[1])
+    return found
+
+
+def test_readiness_while_one_of_two_workers_restarts(tmp_path):
+    """One instance's worker down: the model stays ready (the other serves) and so does the strict server; both
+    down: neither is, until a worker is back."""
+    flag = tmp_path / "fail-initialize"
+    config = CONFIG + "instance_group [ { kind: KIND_CPU count: 2 } ]\n"
+    write_model(tmp_path / "models", "flaky", config, {"1/model.py": MODEL.format(flag=str(flag))})
+    with ServerProcess(tmp_path / "models", strict=True) as process:
+        url = process.http_url
+        flag.write_text("x")  # no worker comes back while it is there
+        with pytest.raises(InferenceServerException):
+            _infer(url, -1.0)
+        _wait(lambda: _readiness_metrics(process, "flaky")["serverless_triton_instances_unavailable"] == 1.0)
+        assert httpx.get(f"http://{url}/v2/models/flaky/ready").status_code == 200
+        assert httpx.get(f"http://{url}/v2/health/ready").status_code == 200
+        assert _infer(url, 2.0).as_numpy("OUT").tolist() == [2.0]  # the other instance serves
+        assert _readiness_metrics(process, "flaky")["serverless_triton_model_ready"] == 1.0
+        with pytest.raises(InferenceServerException):
+            _infer(url, -1.0)  # the other one goes down too
+        _wait(lambda: _readiness_metrics(process, "flaky")["serverless_triton_instances_unavailable"] == 2.0)
+        assert httpx.get(f"http://{url}/v2/models/flaky/ready").status_code == 400
+        assert httpx.get(f"http://{url}/v2/health/ready").status_code == 400
+        assert _readiness_metrics(process, "flaky") == {"serverless_triton_model_ready": 0.0,
+                                                         "serverless_triton_instances_unavailable": 2.0,
+                                                         "serverless_triton_worker_restarts_total": 2.0}
+        flag.unlink()
+        _wait(lambda: httpx.get(f"http://{url}/v2/health/ready").status_code == 200, timeout=40)
+        assert httpx.get(f"http://{url}/v2/models/flaky/ready").status_code == 200
 
 
 def test_a_worker_killed_while_idle_is_replaced_before_the_next_request(flaky):
