@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Callable
@@ -207,6 +208,16 @@ def final_flag_folded(observed: dict) -> dict:
         previous = responses[-2].get("infer_response", {})
         previous.setdefault("parameters", {})["triton_final_response"] = {"bool_param": True}
         observed["response"] = responses[:-1]
+    return observed
+
+
+def parameters_text_unordered(observed: dict) -> dict:
+    """A probe's answer (one BYTES element holding ``request.parameters()``'s JSON) as the mapping it holds."""
+    raws = observed.get("response", {}).get("raw_output_contents")
+    if isinstance(raws, list) and len(raws) == 1:
+        raw = base64.b64decode(raws[0])
+        text = raw[4:4 + int.from_bytes(raw[:4], "little")].decode()
+        observed["response"]["raw_output_contents"] = [json.loads(text)]
     return observed
 
 
