@@ -124,7 +124,7 @@ GLOBAL_DIFFERENCES: dict[str, str] = {
                                           "ready while any of its stubs is dead, 2.51 reported it ready"),
     "gRPC parameters order": ("Triton's request.parameters() lists a gRPC request's parameters in an order that "
                               "changes from call to call (C++ protobuf seeds each map's hash: 30 identical calls "
-                              "gave 8 orders); ours lists them in one stable order (the wire's, as upb keeps it); "
+                              "gave 8 orders); ours lists the same keys in one stable order (upb's map order); "
                               "the conformance case compares them as mappings"),
     "forwarded header whitespace": ("an HTTP header value forwarded as a parameter loses its trailing whitespace, "
                                     "as RFC 9110 has HTTP parsers do; Triton's evhtp keeps it (gRPC metadata keeps "
