@@ -167,3 +167,20 @@ def test_bad_environments_fail_the_load_with_the_reason(tmp_path, environments):
     assert "needs isolation 'process'" in reasons["in_a_thread"]
     assert list(outside.iterdir()) == []  # nothing planted outside
     assert not list((tmp_path / "cache" / "python-environments").glob("*.partial"))  # no half-unpacked folder
+
+
+def test_an_environment_synced_from_object_storage(s3, moto_endpoint, bucket, tmp_path, environments):
+    """The archive beside config.pbtxt in s3:// is synced as any model file, then unpacked from the cache."""
+    from tests.conftest import S3_ENV
+    from tests.e2e.test_cli import storage_config, upload
+
+    local = tmp_path / "local"
+    write_model(local, "from_storage", _config("$$TRITON_MODEL_DIRECTORY/env.tar.gz"),
+                {"1/model.py": MODEL, "env.tar.gz": environments[1].read_bytes()})
+    upload(s3, bucket, local)
+    config = storage_config(tmp_path, moto_endpoint, tmp_path / "cache")
+    process = ServerProcess(Path("unused"), "--config", str(config), env=S3_ENV, log=tmp_path / "server.log",
+                            strict=True)
+    with process.with_repository_url(f"s3://{bucket}/repo"):
+        version, prefix = _answer(process, "from_storage").split()
+    assert version == "2.0" and Path(prefix).parent == tmp_path / "cache" / "python-environments"
