@@ -154,9 +154,9 @@ class PythonBackendHandler(ModelHandler):
 
     @property
     def checks_readiness(self) -> bool:
-        worker = self.supervisor.worker
         if self._runner is not None:
             return self._runner.readiness_check() is not None
+        worker = self.supervisor.worker
         return worker is not None and worker.readiness is not None
 
     def check_ready(self) -> bool:

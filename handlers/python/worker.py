@@ -158,8 +158,12 @@ class WorkerHost:
             self.cancelled.add(message[1])
         elif kind == "direct":
             self.inbox.add_direct(recv_handle(self.connection))
-        elif kind == "readiness" and self.readiness_check is not None:
-            serve_readiness(recv_handle(self.connection), self.readiness_check)
+        elif kind == "readiness":  # the socket readiness probes come on (sent only where is_ready exists)
+            fd = recv_handle(self.connection)
+            if self.readiness_check is not None:
+                serve_readiness(fd, self.readiness_check)
+            else:
+                os.close(fd)
         else:
             self.inbox.work.append(message)
 
