@@ -47,3 +47,14 @@ def test_start_up_imports_leave_out_what_is_loaded_on_demand():
              "'onnx', 'onnxruntime', 'torch', 'boto3', 'tensorflow', 'openvino') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"
+
+
+def test_the_type_stubs_name_every_message_and_enum():
+    """runtime/protocol/*_pb2.pyi (scripts/vendor_protocol.py says how they are made) cover the descriptors."""
+    from runtime.protocol import model_config_pb2, service_pb2
+
+    for module in (model_config_pb2, service_pb2):
+        stub = (ROOT / "runtime" / "protocol" / f"{module.__name__.rsplit('.', 1)[1]}.pyi").read_text()
+        names = [*module.DESCRIPTOR.message_types_by_name, *module.DESCRIPTOR.enum_types_by_name]
+        missing = [name for name in names if f"class {name}(" not in stub]
+        assert not missing, f"stale stubs: regenerate them ({missing})"
