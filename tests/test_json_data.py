@@ -6,9 +6,13 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from runtime.errors import InvalidArgument
-from runtime.http.json_data import array_from_json
+from runtime.http.json_data import NotFast, array_from_json, parse_numbers
+
+_INTEGER_TYPES = ["INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"]
 
 
 @pytest.mark.parametrize("data", [b"[]", b"[1,2,3]", b"[[1],[2]]"])
@@ -35,3 +39,26 @@ def test_nesting_past_tritons_limit_is_refused_on_both_paths_and_many_rows_are_n
             array_from_json(datatype, (1,), b"[" * 101 + value + b"]" * 101)
     wide = b"[" + b",".join([b"[1]"] * 150) + b"]"  # 151 brackets, but only two deep
     assert array_from_json("INT32", (150,), wide).tolist() == [1] * 150
+
+
+@given(st.sampled_from(_INTEGER_TYPES), st.data())
+def test_the_fast_path_reads_every_integer_type_in_range(datatype, data):
+    """simdjson's buffers are int64 ('i'), uint64 ('u') or double ('d'): an integer array in range is read on the
+    fast path, and equals what the generic path makes of it."""
+    dtype = np.dtype(datatype.lower())
+    limits = np.iinfo(dtype)
+    values = data.draw(st.lists(st.integers(int(limits.min), int(limits.max)), min_size=1, max_size=50))
+    text = json.dumps(values).encode()
+    fast = parse_numbers(text, 0, len(text), datatype, len(values))
+    assert fast.dtype == dtype and fast.tolist() == values
+    assert array_from_json(datatype, (len(values),), text).tolist() == values
+
+
+@pytest.mark.parametrize("datatype, value", [("INT8", 128), ("INT8", -129), ("UINT8", -1), ("UINT16", 65536),
+                                             ("INT32", 2**31), ("UINT64", -1)])
+def test_the_fast_path_leaves_out_of_range_integers_to_the_generic_one(datatype, value):
+    text = json.dumps([1, value]).encode()
+    with pytest.raises((NotFast, ValueError, OverflowError)):
+        parse_numbers(text, 0, len(text), datatype, 2)
+    with pytest.raises(InvalidArgument):
+        array_from_json(datatype, (2,), text)
