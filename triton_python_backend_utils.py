@@ -234,6 +234,7 @@ class Tensor:
             return self._device_tensor.__dlpack__(stream=stream) if stream is not None \
                 else self._device_tensor.__dlpack__()
         data = self._data
+        assert data is not None  # no device tensor: the data is on the host
         if data.dtype == np.object_:
             raise TritonModelException("BYTES tensors cannot be exported through DLPack")
         if not data.flags.writeable:  # DLPack cannot mark memory read-only: export a private copy
@@ -295,7 +296,7 @@ def _parameters_text(parameters: dict[str, Any] | str | bytes | None) -> str:
         return _text(parameters)
     if not parameters:
         return "{}"
-    parameters = _text_map(parameters)
+    parameters = _text_map(parameters) or {}
     for key, value in parameters.items():
         if not isinstance(key, str) or not isinstance(value, (bool, int, str)):
             raise TritonModelException("request parameters must map strings to bool, int or str values")

@@ -13,9 +13,10 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Coroutine
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bootstrap.errors import BootstrapError
 from bootstrap.settings import SETTINGS_CLASSES, FunctionSettings, SettingsError, apply_settings_flags, load_settings
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from runtime.server import ServerOptions
 
 logger = logging.getLogger("bootstrap")
+Result = TypeVar("Result")
 
 
 def _add_common(parser: argparse.ArgumentParser, command: str) -> None:
@@ -241,6 +243,7 @@ def _sync(settings: FunctionSettings, model: str | None) -> int:
         return 2
 
     source = _source(settings)
+    assert source is not None  # a remote repository has one
     try:
         failures = source.refresh(model)
     except BootstrapError as exc:
@@ -288,7 +291,7 @@ def _raise_open_file_limit(connections: int) -> None:
                        "raise it (ulimit -n) or lower max_connections", soft, connections)
 
 
-def _run(coroutine) -> int:
+def _run(coroutine: Coroutine[Any, Any, Result]) -> Result:
     """Run on uvloop when it is installed (lower per-request overhead), else on asyncio's loop."""
     try:
         import uvloop

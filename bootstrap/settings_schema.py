@@ -281,7 +281,10 @@ def table_rows(cls: type) -> Iterator[str]:
             continue
         default = schema.shown_default
         if default is None:
-            default = _shown(item.default if item.default is not dataclasses.MISSING else item.default_factory())
+            factory = item.default_factory
+            value = item.default if item.default is not dataclasses.MISSING else (
+                factory() if callable(factory) else None)
+            default = _shown(value)
         meaning = schema.meaning
         flags = [flag.name for flag in schema.flags]
         if flags:

@@ -320,7 +320,8 @@ class RepositorySync:
                 old_file = current / relative if current is not None else None
                 if (previous and old_file is not None and previous["etag"] == item.etag
                         and previous["size"] == item.size and old_file.is_file() and not old_file.is_symlink()
-                        and _inside(old_file, current) and old_file.stat().st_size == item.size):
+                        and current is not None and _inside(old_file, current)
+                        and old_file.stat().st_size == item.size):
                     _link_or_copy(old_file, destination)
                     records[relative] = previous
                     report.reused += 1

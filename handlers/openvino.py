@@ -6,6 +6,8 @@ Parameters as Triton's OpenVINO backend names them: ``INFERENCE_NUM_THREADS``, `
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from handlers.base import HandlerContext, TensorHandler, require_module
@@ -22,8 +24,8 @@ class OpenVinoHandler(TensorHandler):
 
     def __init__(self, context: HandlerContext) -> None:
         super().__init__(context)
-        self.compiled = None
-        self.request = None
+        self.compiled: Any = None  # OpenVINO's CompiledModel and its InferRequest, once loaded
+        self.request: Any = None
         self._outputs: list = []
 
     def load(self) -> None:
@@ -71,8 +73,8 @@ class OpenVinoHandler(TensorHandler):
                 if rank.is_static and rank.get_length() != batch_rank + len(dims):
                     raise ModelLoadError(f"config {kind} '{tensor.name}' has rank {batch_rank + len(dims)} (with "
                                          f"batch dim) but the model's has rank {rank.get_length()}")
-        declared = {tensor.name for tensor in self.spec.inputs}
-        missing = sorted(port.get_any_name() for port in model.inputs if not set(port.get_names()) & declared)
+        names = {tensor.name for tensor in self.spec.inputs}
+        missing = sorted(port.get_any_name() for port in model.inputs if not set(port.get_names()) & names)
         if missing:
             raise ModelLoadError(f"OpenVINO model inputs {missing} are not in the config")
 

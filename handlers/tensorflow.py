@@ -38,8 +38,8 @@ class _TensorFlowHandler(TensorHandler):
 
     def __init__(self, context: HandlerContext) -> None:
         super().__init__(context)
-        self.function = None
-        self._tf = None
+        self.function: Any = None  # the SavedModel's signature, or the GraphDef's wrapped function
+        self._tf: Any = None  # tensorflow, imported at load
 
     def _check(self, kind: str, declared: tuple, found: dict[str, tuple[Any, Any]]) -> None:
         """``found``: name -> (dtype, shape) of the model's tensors."""

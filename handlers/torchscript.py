@@ -12,6 +12,8 @@ else ``torch.no_grad``), ``DISABLE_OPTIMIZED_EXECUTION``, ``ENABLE_JIT_EXECUTOR`
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from handlers.base import HandlerContext, TensorHandler, parameter_flag, require_module
@@ -51,8 +53,8 @@ def apply_torch_parameters(torch, parameters: dict[str, str]) -> None:
 class TorchScriptHandler(TensorHandler):
     def __init__(self, context: HandlerContext) -> None:
         super().__init__(context)
-        self.module = None
-        self._torch = None
+        self.module: Any = None  # the loaded ScriptModule
+        self._torch: Any = None  # torch, imported at load
         self._inference_mode = True
         self._clean_cache = False
 
@@ -110,7 +112,7 @@ class TorchScriptHandler(TensorHandler):
                 f"TorchScript model returned {len(values)} outputs, config declares {len(self.spec.outputs)}"
             )
         return {
-            spec.name: value.detach().to("cpu").numpy()
+            spec.name: value.detach().to("cpu").numpy()  # type: ignore[union-attr]  # None refused above
             for spec, value in zip(self.spec.outputs, values, strict=False)
         }
 

@@ -9,7 +9,7 @@ both services satisfy it, signature by signature.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from runtime.direct_path import DirectModel
@@ -54,7 +54,7 @@ class InferenceApi(Protocol):
     async def unload_model(self, name: str, parameters: dict | None = None) -> None: ...
     async def ensure_model(self, name: str, version: str = "") -> None: ...
     async def infer(self, request: InferRequest) -> InferResponse: ...
-    def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]: ...
+    def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]: ...
     def tensor_buffer(self, nbytes: int, aligned_at: int = 0) -> Any: ...  # a large request's memory, or None
 
     # the direct path (runtime/direct_path.py): what a front end may serve past the core, in this process only

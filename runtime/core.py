@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any
+
+import numpy as np
 
 from runtime import __version__
 from runtime.direct_path import DirectModel
@@ -357,7 +359,7 @@ class InferenceService:
                 trace.event("REQUEST_END")
                 self.tracer.finish(trace)
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]:
         """Every response to one request: one for a model in default mode, any number (the last one marked
         final) for a decoupled model.  Lookup and validation errors raise before the first response."""
         self.in_flight += 1
@@ -401,7 +403,7 @@ class InferenceService:
             trace.event("REQUEST_START")
         return trace
 
-    def _run(self, model: ModelVersion, request: InferRequest, batch_size: int) -> Awaitable[ModelOutputs]:
+    def _run(self, model: ModelVersion, request: InferRequest, batch_size: int) -> Awaitable[dict[str, np.ndarray]]:
         """A validated request's outputs: from the response cache where the model uses it, else from the model."""
         if self.cache is not None and model.spec.response_cache:
             return through_cache(self.cache, model, request, lambda: model.infer(request, batch_size))
@@ -412,8 +414,9 @@ def _reshape_inputs(spec: ModelSpec, request: InferRequest) -> None:
     for tensor in request.inputs:
         declared = spec.input(tensor.name)
         if declared is not None and declared.reshape is not None:
-            batch = [tensor.data.shape[0]] if spec.max_batch_size > 0 else []
+            data = tensor.values()
+            batch = [data.shape[0]] if spec.max_batch_size > 0 else []
             try:
-                tensor.data = tensor.data.reshape(batch + list(declared.reshape))
+                tensor.data = data.reshape(batch + list(declared.reshape))
             except ValueError:
                 raise InternalError(f"input '{tensor.name}' cannot be reshaped to {list(declared.reshape)}") from None

@@ -32,7 +32,7 @@ def build_response(model: ModelVersion, request: InferRequest, arrays: dict[str,
             raise InternalError(f"model '{spec.name}' did not produce output '{name}'")
         if reshaped and name in reshaped:
             declared = spec.output(name)
-            if declared.dims.count(-1) <= 1:
+            if declared is not None and declared.dims.count(-1) <= 1:
                 batch = [array.shape[0]] if spec.max_batch_size > 0 else []
                 array = array.reshape(batch + list(declared.dims))
         if parameters:

@@ -138,7 +138,7 @@ class Server:
         if auth is None:
             logger.warning("no auth token configured: every endpoint is open to anyone who can reach it")
         listeners: list[HttpServer] = []  # this process's own: metrics
-        adapters = None
+        adapters: ProtocolAdapters | FrontEndPool | None = None
         after_load: list[Callable[[], None]] = []  # start-up work that waits until the cold start's models are loaded
         listening = asyncio.Event()
         # Models load while the listeners start: a Python model's worker starts on another core meanwhile, and

@@ -26,6 +26,13 @@ class InferTensor:
     raw: bytes | memoryview | None = None
     in_shared_memory: bool = False  # an output written into a shared-memory region: no data in the response
 
+    def values(self) -> np.ndarray:
+        """``data``, which an output and a validated input always have (only a received input may lack it)."""
+        data = self.data
+        if data is None:
+            raise TypeError(f"tensor '{self.name}' has no data yet")
+        return data
+
 
 @dataclass
 class RequestedOutput:
@@ -62,7 +69,7 @@ class InferRequest:
             self.stream.cancel()
 
     def input_arrays(self) -> dict[str, np.ndarray]:
-        return {tensor.name: tensor.data for tensor in self.inputs}
+        return {tensor.name: tensor.values() for tensor in self.inputs}
 
 
 @dataclass
@@ -87,7 +94,7 @@ class StreamItem:
     """One response of a decoupled model: its outputs (or an error, or None for a bare final flag), and
     whether it is the last one for its request."""
 
-    outputs: ModelOutputs | Exception | None
+    outputs: dict[str, np.ndarray] | BaseException | None  # a ModelOutputs, where the model set parameters
     final: bool
 
 

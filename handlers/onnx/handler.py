@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import mmap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -104,10 +105,10 @@ class OnnxRuntimeHandler(TensorHandler):
 
     def __init__(self, context: HandlerContext) -> None:
         super().__init__(context)
-        self.session = None
+        self.session: Any = None  # an onnxruntime InferenceSession, once loaded
         self._output_names: list[str] = []
         self._string_inputs: set[str] = set()
-        self._run_options = None
+        self._run_options: Any = None
 
     def load(self) -> None:
         ort = require_module("onnxruntime", "onnx", "onnxruntime")

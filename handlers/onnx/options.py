@@ -111,7 +111,7 @@ def session_plan(ort: Any, config: Any, parameters: dict[str, str], use_gpu: boo
     accelerators = config.optimization.execution_accelerators
     providers: list = []
     if use_gpu and "CUDAExecutionProvider" in available:
-        cuda = {"device_id": device_id}
+        cuda: dict[str, Any] = {"device_id": device_id}
         cuda.update({key: parameters[key] for key in _CUDA_PARAMETERS if key in parameters})
         for accelerator in accelerators.gpu_execution_accelerator:
             if accelerator.name == "tensorrt":

@@ -257,15 +257,17 @@ class PythonBackendHandler(ModelHandler):
         in_flight = self.in_flight
         keys = in_flight.new_keys(len(requests))
         in_flight.track(keys, requests, [[] for _ in requests], None, in_flight.cancelled.add)
-        batch = [RequestData(key=key, inputs=[(t.name, t.data) for t in request.inputs], request_id=request.id,
+        batch = [RequestData(key=key, inputs=[(t.name, t.values()) for t in request.inputs], request_id=request.id,
                              outputs=[o.name for o in request.outputs],
                              parameters=bls.model_parameters(request.parameters), timeout=request_timeout(request))
                  for key, request in zip(keys, requests, strict=True)]
         prepared = time.perf_counter_ns()
         self.timing.input_ns += prepared - started
         origin = BlsOrigin(max((r.bls_chain for r in requests), key=len, default=()), requests[0].execution)
+        runner = self._runner
+        assert runner is not None  # a model run in this process
         try:
-            answer = self._runner.execute(batch, origin)
+            answer = runner.execute(batch, origin)
         finally:
             in_flight.untrack(requests)
         answered = time.perf_counter_ns()
@@ -296,11 +298,13 @@ class PythonBackendHandler(ModelHandler):
 
     async def _answer(self, link: WorkerLink, kind: str, call_id: int | None, message: tuple) -> None:
         services = self.context.services
+        assert services is not None  # on_call answered itself without
         if kind == "bls_cancel":  # the caller's ResponseIterator.cancel(): the model called is asked to stop
             running = self._bls_calls.get((id(link), message[1]))
             if running is not None:
                 running.ask_cancel()
             return
+        assert call_id is not None  # every call but a cancel waits for its reply
         if kind == "bls":
             request, decoupled = message[2], message[3]
             if request.get("execution") == DIRECT_EXECUTION:  # from a request served through the side door

@@ -52,9 +52,10 @@ def input_bytes(requests: list[InferRequest], pool: TensorPool | None = None) ->
                 total += data.nbytes
                 if pool is not None:
                     in_pool.append(tensor)
-    if total <= ON_LOOP_INPUT_BYTES:
+    if total <= ON_LOOP_INPUT_BYTES or pool is None:
         return total
-    return total - sum(t.data.nbytes for t in in_pool if pool_ref(pool, t.name, t.data, t.datatype) is not None)
+    return total - sum(t.values().nbytes for t in in_pool
+                       if pool_ref(pool, t.name, t.values(), t.datatype) is not None)
 
 
 def request_timeout(request: InferRequest) -> int:
@@ -89,7 +90,8 @@ class WorkerBatch:
         self.gone = ""
         self.loop = loop
         self._loop_thread = threading.get_ident()
-        self._waiter: asyncio.Future | Future = loop.create_future() if loop is not None else Future()
+        # an asyncio future where the batch is awaited on the loop, else a thread's future (wait())
+        self._waiter: Any = loop.create_future() if loop is not None else Future()
         self._answer: tuple[Any, str | None] | None = None
         self._abandoned = False
         self.separately = separately
@@ -99,7 +101,7 @@ class WorkerBatch:
         in_place = not in_flight.decoupled  # a decoupled request's inputs outlive the batch: they are copied
         try:
             for key, request in zip(self.keys, requests, strict=True):
-                request_refs = [input_ref(t.name, t.data, t.datatype, in_place) for t in request.inputs]
+                request_refs = [input_ref(t.name, t.values(), t.datatype, in_place) for t in request.inputs]
                 self.refs.append(request_refs)
                 messages.append(batch_message(key, request_refs, request))
         except MemoryError as exc:
@@ -155,6 +157,7 @@ class WorkerBatch:
             return await asyncio.to_thread(self._fail, what, "; its worker is being restarted")
         finally:
             timer.cancel()
+        assert self._answer is not None  # the waiter was settled with it
         answer, gone = self._answer
         if gone is not None:
             return await asyncio.to_thread(self._fail, gone, "; it is being restarted")

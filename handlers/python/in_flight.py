@@ -12,7 +12,7 @@ import itertools
 import json
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def stream_item(result: Result | None, flags: int) -> StreamItem:
     outputs = None if result is None else to_result(result)
     if isinstance(outputs, ServingError):
         outputs.executed = True  # the model's own error response
-    return StreamItem(outputs, final)
+    return StreamItem(cast(ModelOutputs | ServingError | None, outputs), final)  # a decoupled model: no reschedule
 
 
 def borrowed(encoded: Any, link: WorkerLink, request: InferRequest | None = None) -> Result | None:
@@ -72,7 +72,7 @@ class RequestsInFlight:
         return [(next(self._keys),) for _ in range(count)]
 
     def track(self, keys: list, requests: list[InferRequest], refs: list[list], arena: Arena | None,
-              cancel: Callable[[Any], None]) -> None:
+              cancel: Callable[[Any], object]) -> None:
         """``requests`` begin executing under ``keys``; a decoupled one's inputs (``refs`` in ``arena``) stay
         until its final response, and cancelling its stream calls ``cancel(key)``."""
         for key, request, request_refs in zip(keys, requests, refs, strict=True):
@@ -110,7 +110,7 @@ class RequestsInFlight:
     def result(self, key: Any, result: Result | None) -> RequestResult:
         converted = to_result(result)
         if key in self._streams and converted is not RESCHEDULE:  # a decoupled model that raised
-            self.deliver(key, StreamItem(converted, True))
+            self.deliver(key, StreamItem(cast(ModelOutputs | ServingError, converted), True))
         return converted
 
     def decoupled_results(self, keys: list) -> list[RequestResult]:

@@ -104,6 +104,7 @@ class Inbox:
         """Called holding the reading role: a batch (queued as work) or a cancellation from the direct path; its
         end is forgotten (False)."""
         direct = self.direct
+        assert direct is not None  # called only while the direct path is open
         try:
             message = recv_direct(direct)
         except (EOFError, OSError):

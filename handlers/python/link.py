@@ -303,7 +303,7 @@ class WorkerLink:
     def _on_loop(self, call: Any, *arguments: Any) -> None:
         """Run ``call`` on the loop, waiting for it from another thread (a loop that has stopped: not at all)."""
         loop = self._loop
-        if loop.is_closed():
+        if loop is None or loop.is_closed():
             return
         try:
             if asyncio.get_running_loop() is loop:
@@ -329,6 +329,7 @@ class WorkerLink:
             pass  # the loop is closed or stopped: nothing reads on it any more
 
     def _watch_on_loop(self) -> None:
+        assert self._loop is not None  # watched on the loop only where there is one
         self._loop.add_reader(self._fd, self._read_on_loop)
         # uvloop made it non-blocking; the connection reads and writes whole messages, on the loop and off it
         os.set_blocking(self._fd, True)
@@ -339,9 +340,10 @@ class WorkerLink:
             message = recv_pickled(self.connection)
             self._route(message[0], message)
         except (EOFError, OSError):
-            self._loop.remove_reader(self._fd)
-            # describing the exit waits for the process: not on the loop
-            self._loop.run_in_executor(None, self._process_lost)
+            loop = self._loop
+            assert loop is not None  # called by the loop's reader
+            loop.remove_reader(self._fd)
+            loop.run_in_executor(None, self._process_lost)  # describing the exit waits for the process
 
     def _read(self) -> None:
         connection = self.connection

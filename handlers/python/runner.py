@@ -12,6 +12,7 @@ import inspect
 import logging
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -101,8 +102,7 @@ def response_result(response: pb_utils.InferenceResponse, model: str) -> Result:
     """A pb_utils.InferenceResponse as a transportable result."""
     if not isinstance(response, pb_utils.InferenceResponse):
         return error_result(f"model '{model}' returned a {type(response).__name__}, not an InferenceResponse")
-    if response.has_error():
-        error = response.error()
+    if (error := response.error()) is not None:
         return error_result(error.message(), STATUS_BY_TRITON_CODE.get(error.code(), Status.INTERNAL))
     outputs = []
     for tensor in response.output_tensors():
@@ -203,7 +203,7 @@ class ModelRunner:
             for data in batch
         ]
 
-    def execute(self, batch: list[RequestData], origin: BlsOrigin = NO_ORIGIN) -> list[Result] | None:
+    def execute(self, batch: list[RequestData], origin: BlsOrigin = NO_ORIGIN) -> Sequence[Result | None] | None:
         """Default mode: one result per request.  Decoupled mode: None once ``execute`` returned (responses go
         through the requests' senders); an error result per request if it raised.  ``origin``: where the batch's
         BLS calls come from."""
@@ -243,7 +243,7 @@ class ModelRunner:
             except pb_utils.TritonModelException:
                 pass  # it had already sent its final response
 
-    def _results(self, responses: Any, requests: list[pb_utils.InferenceRequest]) -> list[Result]:
+    def _results(self, responses: Any, requests: list[pb_utils.InferenceRequest]) -> list[Result | None]:
         name = self.spec.model_name
         if inspect.iscoroutine(responses):
             responses.close()
@@ -253,7 +253,7 @@ class ModelRunner:
             count = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
             return [error_result(f"model '{name}' execute returned {count} responses for {len(requests)} "
                                  "requests")] * len(requests)
-        results = []
+        results: list[Result | None] = []
         reschedule = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
         for request, response in zip(requests, responses, strict=True):
             if response is None and model_host.release_flags(request) & reschedule:

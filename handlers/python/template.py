@@ -16,7 +16,7 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import threading
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext, SpawnContext
 
 START_METHOD_ENV = "SERVERLESS_TRITON_PYTHON_WORKERS"
 # "__main__": the entry script (`bootstrap`), imported once in the template rather than in every worker.
@@ -47,7 +47,7 @@ def start_template(background: bool = True) -> None:
         multiprocessing.forkserver.ensure_running()
 
 
-def worker_context() -> BaseContext:
+def worker_context() -> SpawnContext | ForkServerContext:
     """Where worker processes come from: forks of the template, or fresh interpreters."""
     if not uses_template():
         return multiprocessing.get_context("spawn")

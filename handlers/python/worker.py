@@ -286,6 +286,7 @@ def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: lis
         _send_results(host, batch_id, [error_result(f"the batch could not be read: {type(exc).__name__}: {exc}")]
                       * len(requests), direct)
         return
+    results: list | None
     if separately:  # never decoupled (the server sends such a model's requests one by one)
         results = []
         for index, data in enumerate(batch):
@@ -324,7 +325,8 @@ def _send_results(host: WorkerHost, batch_id: int, encoded: list, direct: int | 
 
 def _run(runner: ModelRunner, batch: list[RequestData], origin: BlsOrigin) -> list | None:
     try:
-        return runner.execute(batch, origin)
+        results = runner.execute(batch, origin)
+        return None if results is None else list(results)
     except BaseException as exc:  # noqa: BLE001 - never lose the batch, whatever happened
         return [error_result(f"execute failed: {type(exc).__name__}: {exc}")] * len(batch)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,14 +71,18 @@ class CustomMetrics:
 
     def call(self, model: str, operation: str, *arguments: Any) -> Any:
         """One operation as pb_utils sends it: family, series, increment, set, observe, value."""
-        operations = {"family": self._family, "series": self._series, "increment": self._increment,
-                      "set": self._set, "observe": self._observe, "value": self._value}
+        operations: dict[str, Callable[..., Any]] = {
+            "family": self._family, "series": self._series, "increment": self._increment, "set": self._set,
+            "observe": self._observe, "value": self._value}
         handler = operations.get(operation)
         if handler is None:
             raise InvalidArgument(f"unknown metric operation '{operation}'")
         with self._lock:
-            if operation == "family":
-                return self._family(*arguments, owner=model)
+            if operation == "family":  # the owner is the calling model, never its say
+                if len(arguments) != 3:
+                    raise InvalidArgument("a metric family takes a name, a description and a kind")
+                name, description, kind = arguments
+                return self._family(name, description, kind, owner=model)
             return handler(*arguments)
 
     def forget_model(self, model: str) -> None:

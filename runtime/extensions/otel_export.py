@@ -12,6 +12,7 @@ Monotonic timestamps are moved onto the wall clock OpenTelemetry uses.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from opentelemetry import trace as otel
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -50,8 +51,8 @@ class OtlpExport:
     def _model_spans(self, trace: Trace, parent_context) -> None:
         model_events = [(name, ns) for name, ns in trace.events if name not in _COMPUTE_EVENTS]
         compute_events = [(name, ns) for name, ns in trace.events if name in _COMPUTE_EVENTS]
-        attributes = {"model_name": trace.model, "model_version": trace.version, "request_id": trace.request_id,
-                      "triton.trace_id": trace.id}
+        attributes: dict[str, Any] = {"model_name": trace.model, "model_version": trace.version,
+                                      "request_id": trace.request_id, "triton.trace_id": trace.id}
         if trace.parent_id is not None:
             attributes["parent_id"] = trace.parent_id
         model_span = self.tracer.start_span(trace.model, context=parent_context, attributes=attributes,

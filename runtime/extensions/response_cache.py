@@ -73,7 +73,7 @@ class ResponseCache:
         digest = hashlib.blake2b(digest_size=20)
         digest.update(f"{model.name}\0{model.version}\0{id(model)}\0".encode())
         for tensor in sorted(request.inputs, key=lambda t: t.name):
-            data = tensor.data
+            data = tensor.values()
             digest.update(f"{tensor.name}\0{tensor.datatype}\0{list(data.shape)}\0".encode())
             digest.update(serialize_bytes(data) if tensor.datatype == "BYTES" else np.ascontiguousarray(data).data)
         wanted = sorted({o.name for o in request.outputs} or {t.name for t in model.spec.outputs})

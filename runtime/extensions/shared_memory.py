@@ -20,7 +20,7 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class Region:
     def read(self, offset: int, byte_size: int) -> memoryview:
         """A private copy of ``byte_size`` bytes at ``offset`` (InvalidArgument if the object no longer holds them)."""
         buffer = np.empty(byte_size, np.uint8)  # uninitialised: pread fills it
-        view = memoryview(buffer)
+        view = buffer.data
         done = 0
         while done < byte_size:
             count = os.preadv(self.fd, [view[done:]], self.offset + offset + done)
@@ -214,7 +214,7 @@ class SharedMemoryRegistry:
             if offset + byte_size > region.byte_size:
                 raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{name[:128]}'")
             region.users += 1
-            return region, offset, byte_size
+            return region, cast(int, offset), cast(int, byte_size)  # checked above
 
     def _release(self, region: SharedRegion) -> None:
         with self._lock:
@@ -313,7 +313,7 @@ def write_outputs(registry: SharedMemoryRegistry | None, request: InferRequest, 
         if tensor.datatype == "BYTES":
             payload: Any = serialize_bytes(data)
         else:
-            payload = memoryview(data.reshape(-1).view(np.uint8))
+            payload = data.reshape(-1).view(np.uint8).data
         _require(registry).write_held(held, payload, tensor.name)
         tensor.data = None
         tensor.in_shared_memory = True

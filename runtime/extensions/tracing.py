@@ -78,7 +78,8 @@ def parse_trace_config(specs: Iterable[str]) -> TraceSettings:
                     raise ValueError(f"level must be one of {', '.join(LEVELS)}")
                 levels.append(value)
             elif scope == "" and key in ("rate", "count"):  # rate 0: only requests that carry a trace context
-                settings = replace(settings, **{key: _integer(key, value, 0 if key == "rate" else -1)})
+                number = _integer(key, value, 0 if key == "rate" else -1)
+                settings = replace(settings, rate=number) if key == "rate" else replace(settings, count=number)
             elif scope == "" and key == "mode":
                 if value not in MODES:
                     raise ValueError(f"mode must be one of {', '.join(MODES)}")

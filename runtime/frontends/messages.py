@@ -32,7 +32,7 @@ def _pack_array(array: np.ndarray | None) -> Any:
         array = np.ascontiguousarray(array)
     if array.nbytes < OUT_OF_BAND_BYTES:
         return array.tobytes(), array.dtype.str, array.shape
-    return pickle.PickleBuffer(array.reshape(-1).view(np.uint8)), array.dtype.str, array.shape
+    return pickle.PickleBuffer(array.reshape(-1).view(np.uint8).data), array.dtype.str, array.shape
 
 
 def _unpack_array(packed: Any) -> np.ndarray | None:

@@ -13,7 +13,7 @@ import itertools
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from runtime.direct_path import DirectModel
@@ -233,7 +233,7 @@ class RemoteService:
     def direct_response(self, request: InferRequest, outputs: ModelOutputs) -> InferResponse:
         raise InternalError("a front end serves no request past the owner's core")
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]:
         call_id = next(self._ids)
         answers: asyncio.Queue = asyncio.Queue()
         self._waiting[call_id] = answers

@@ -124,7 +124,7 @@ class FrontEndLink(asyncio.Protocol):
             body = view[at + _TOTAL.size : end]
             at = end
             try:
-                message = decode(bytes(body) if copy else body)
+                message = decode(bytes(body) if copy else body)  # type: ignore[arg-type]  # msgspec reads views
             except Exception:  # noqa: BLE001 - both ends are ours: a frame that does not decode ends the link
                 logger.exception("a frame on a front-end link does not decode: closing the link")
                 if self.transport is not None:

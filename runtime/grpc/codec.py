@@ -217,6 +217,7 @@ class RawResponse:
     def message(self) -> service_pb2.ModelInferResponse:
         """The message without its raw output contents."""
         if self._message is None:
+            assert self._answer is not None  # one of the two is given
             self._message = _response_message(self._answer)
         return self._message
 
@@ -262,7 +263,7 @@ def _response_message(response: InferResponse) -> service_pb2.ModelInferResponse
 
 def encode_infer_response(response: InferResponse) -> RawResponse:
     """Outputs travel in raw_output_contents, as Triton sends them."""
-    return RawResponse(None, [b"" if tensor.in_shared_memory else array_to_buffer(tensor.data, tensor.datatype)
+    return RawResponse(None, [b"" if tensor.in_shared_memory else array_to_buffer(tensor.values(), tensor.datatype)
                               for tensor in response.outputs], response)
 
 

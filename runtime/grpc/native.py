@@ -125,23 +125,25 @@ class NativeGrpcServer:
         grace = 0.0 if grace is None else grace
         busy_at_deadline = False
 
+        lanes = self.lanes
+
         def check_deadline() -> None:
             nonlocal busy_at_deadline
-            busy_at_deadline = self.lanes.busy()
+            busy_at_deadline = lanes is not None and lanes.busy()
 
         deadline_check = None
-        if self.lanes is not None:
-            self.lanes.stop()
+        if lanes is not None:
+            lanes.stop()
             deadline_check = self.loop.call_later(grace, check_deadline)
         started = time.monotonic()
         await asyncio.to_thread(self.edge.shutdown, grace)
         self._take_events()  # the cancellations of calls cut off, calls given back by lanes
         cut_off = False
-        if self.lanes is not None:
-            await self.lanes.quiet(max(0.0, grace - (time.monotonic() - started)))
+        if lanes is not None and deadline_check is not None:
+            await lanes.quiet(max(0.0, grace - (time.monotonic() - started)))
             deadline_check.cancel()
-            cut_off = busy_at_deadline or self.lanes.busy()  # busy now: the deadline had not come, or it ran past
-            self.lanes.close()
+            cut_off = busy_at_deadline or lanes.busy()  # busy now: the deadline had not come, or it ran past
+            lanes.close()
         self.loop.remove_reader(self.edge.fileno())
         for task in [*self._unary.values(), *(stream.task for stream in self._streams.values())]:
             if task is not None:
@@ -150,11 +152,13 @@ class NativeGrpcServer:
 
     def _take_events(self) -> None:
         for call, kind, payload in self.edge.take(self.receive_into):
-            if call is None:  # a lane is free again, or an HTTP request's outcome (no call)
+            if call is None:  # a lane is free again, or an HTTP request's outcome (no call): only with lanes
+                lanes = self.lanes
+                assert lanes is not None
                 if kind == self.native.HTTP:
-                    self.lanes.http_outcome(payload)
+                    lanes.http_outcome(payload)
                 elif kind == self.native.LANE_FREE:
-                    self.lanes.freed(payload)  # UNREADABLE: its call was ended natively
+                    lanes.freed(payload)  # UNREADABLE: its call was ended natively
                 continue
             try:
                 self._event(call, kind, payload)
@@ -166,7 +170,7 @@ class NativeGrpcServer:
         native = self.native
         if kind == native.START:
             self._start(call, payload)
-        elif kind == native.LANE:
+        elif kind == native.LANE and self.lanes is not None:  # only lanes hand calls back
             self.lanes.hand_back(call, payload)
         elif kind == native.CANCEL:
             task = self._unary.get(call.id)

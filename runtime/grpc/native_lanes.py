@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from runtime.api import InferenceApi
 from runtime.datatypes import wire_dtype
@@ -32,7 +32,7 @@ from runtime.direct_path import SERVE_AGAIN, DirectModel, LaneAnswer, LaneReques
 from runtime.errors import InternalError, ServingError, Status
 from runtime.grpc.codec import encode_infer_response
 from runtime.grpc.service import GRPC_STATUS, MAX_DETAILS_BYTES, details
-from runtime.types import InferRequest, RequestedOutput
+from runtime.types import InferRequest, InferResponse, RequestedOutput
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class NativeLanes:
         self.open: dict[str, _OpenLane] = {}  # model name -> its lane
         self.retired: dict[int, _OpenLane] = {}  # lane id -> a lane no longer taking calls, until it is quiet
         self._waiting: dict[int, list[asyncio.Future]] = {}  # lane id -> schedulers waiting for its instance
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         self._http: dict[int, LaneRequest] = {}  # token -> an HTTP request a lane serves
         self._tokens = itertools.count(1)
 
@@ -249,7 +249,7 @@ class NativeLanes:
                 call.finish(GRPC_STATUS.get(outcome.status, GRPC_STATUS[Status.INTERNAL]).value[0],
                             details(outcome.message), None)
             else:
-                self.finish_ok(call, encode_infer_response(outcome))
+                self.finish_ok(call, encode_infer_response(cast(InferResponse, outcome)))
 
         self.settle(fields, None, settled)
 

@@ -280,8 +280,9 @@ class InferenceServicer:
                 async for item in self.service.infer_stream(request):
                     await reply(_stream_message(item, request, empty_final), item.final)
             except ServingError as exc:  # as Triton: with a response beside the error that holds only its id
+                failed_id = "" if isinstance(message, Undecodable) else message.id
                 await reply(service_pb2.ModelStreamInferResponse(
-                    error_message=details(exc.message), infer_response=service_pb2.ModelInferResponse(id=message.id)),
+                    error_message=details(exc.message), infer_response=service_pb2.ModelInferResponse(id=failed_id)),
                     True)
             except Exception:  # noqa: BLE001
                 logger.exception("unexpected error in ModelStreamInfer")

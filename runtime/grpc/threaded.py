@@ -137,7 +137,7 @@ class ThreadedGrpcServer:
         does not read holds the servicer back, as with grpc.aio)."""
         bridge = self.bridge
         current: list[BridgedCall] = []
-        context.add_callback(lambda: current and bridge.cancel(current[-1]))
+        context.add_callback(lambda: bridge.cancel(current[-1]) if current else None)
         try:
             while True:
                 current[:] = [bridge.submit(_next(responses))]

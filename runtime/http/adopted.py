@@ -112,7 +112,7 @@ class BoundedHttp1Protocol(HttpToolsProtocol):
         self.in_headers = False  # a request begun whose headers are not all here
         self.header_deadline: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
         self._await_headers()  # the first request's
 

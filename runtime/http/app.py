@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.api import InferenceApi
@@ -246,7 +246,7 @@ def create_http_app(
     generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
     versioned = model + "/versions/{model_version:int}"  # Triton's routes take only numbers
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/v2/health/live", endpoints.live, methods=["GET"]),
         Route("/v2/health/ready", endpoints.ready, methods=["GET"]),
         Route("/v2", endpoints.server_metadata, methods=["GET"]),
@@ -324,6 +324,7 @@ def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None,
         from runtime.extensions.metrics import CONTENT_TYPE, render_metrics
 
         prepare_metrics()
+        assert registry is not None  # made by prepare_metrics
         return Response(render_metrics(registry), media_type=CONTENT_TYPE)
 
     middleware = [Middleware(TokenAuthMiddleware, auth=auth, exempt_health=False)] if auth else []

@@ -78,11 +78,11 @@ def read_binary_form(header: bytes) -> BinaryForm | None:
         inputs.append((raw.name, raw.datatype, tuple(raw.shape), offset, offset + size))
         offset += size
     outputs = []
-    for raw in message.outputs:
-        wanted = raw.parameters or {}
+    for output in message.outputs:
+        wanted: dict[str, bool] = output.parameters or {}
         if len(wanted) > 1 or (wanted and "binary_data" not in wanted):
             return None
-        outputs.append((raw.name, wanted))
+        outputs.append((output.name, wanted))
     parameters = message.parameters
     return BinaryForm(tuple(inputs), offset, tuple(outputs), message.id,
                       parameters.binary_data_output if parameters is not None else False)

@@ -110,12 +110,12 @@ async def _receive_into(receive: Receive, target: memoryview, timeout: float | N
 
 async def receive_body(
     request: Request, limit: int = DEFAULT_MAX_BODY_BYTES, timeout: float = DEFAULT_BODY_TIMEOUT
-) -> list[bytes]:
+) -> list[bytes] | list[memoryview]:
     """A Starlette request's body chunks, as :func:`receive_asgi_body` takes them."""
     return await receive_asgi_body(request.receive, request.headers.get("content-length"), limit, timeout)
 
 
-def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAULT_MAX_BODY_BYTES,
+def assemble_body(chunks: list[bytes] | list[memoryview], content_encoding: str, limit: int = DEFAULT_MAX_BODY_BYTES,
                   into: Callable[[int], Any] | None = None) -> bytes | memoryview:
     """Join received chunks and inflate gzip/deflate, never past ``limit`` bytes (blocking for large bodies).
     ``into(size)``: a writable buffer to join an uncompressed body into (the core's shared tensor pool, where a
@@ -131,12 +131,13 @@ def assemble_body(chunks: list[bytes], content_encoding: str, limit: int = DEFAU
         if target is None:
             body = b"".join(chunks)
         else:
-            body = memoryview(target).cast("B")
+            joined = memoryview(target).cast("B")
             position = 0
             for index, chunk in enumerate(chunks):
-                body[position : position + len(chunk)] = chunk
+                joined[position : position + len(chunk)] = chunk  # type: ignore[call-overload]  # any buffer
                 position += len(chunk)
-                chunks[index] = b""
+                chunks[index] = b""  # type: ignore[call-overload]  # let each piece go once copied
+            body = joined
     if identity:
         return body
     wbits = _WBITS_BY_ENCODING.get(encoding)
@@ -157,7 +158,8 @@ async def read_body(
 ) -> bytes:
     """A (small) request body, whole and inflated."""
     chunks = await receive_body(request, limit, timeout)
-    return assemble_body(chunks or [b""], request.headers.get("content-encoding", "identity"), limit)
+    body = assemble_body(chunks or [b""], request.headers.get("content-encoding", "identity"), limit)
+    return body if isinstance(body, bytes) else bytes(body)  # received whole, not into a buffer: bytes already
 
 
 def compress(body: bytes, accept_encoding: str) -> tuple[bytes, str | None]:

@@ -118,7 +118,7 @@ def _atoi(text: str) -> int:
     return sign * int(digits[:length]) if length else 0
 
 
-def header_size(body: bytes, header_length: str | None) -> int:
+def header_size(body: bytes | memoryview, header_length: str | None) -> int:
     """How many leading bytes of the body are the JSON header (0: a raw binary request), as Triton reads it."""
     if header_length is None:
         return len(body)
@@ -141,7 +141,8 @@ def decode_infer_request(
     if size == 0:
         raw = InferTensor(RAW_INPUT, "", (), None, raw=memoryview(body))
         return InferRequest(model_name=model_name, model_version=model_version, inputs=[raw], raw_input=True), True
-    header, binary = bytes(body[:size]) if body.__class__ is memoryview else body[:size], memoryview(body)[size:]
+    header = bytes(body[:size]) if isinstance(body, memoryview) else body[:size]
+    binary = memoryview(body)[size:]
     if (decoded := BINARY_FORMS.request(header, binary, model_name, model_version)) is not None:
         return decoded
     if len(header) > _LARGE_HEADER:
@@ -150,7 +151,9 @@ def decode_infer_request(
             decoded = _decode_header(light, header, spans, binary, model_name, model_version)
             if decoded is not None:
                 return decoded
-    return _decode_header(header, header, {}, binary, model_name, model_version)
+    whole = _decode_header(header, header, {}, binary, model_name, model_version)
+    assert whole is not None  # None only where arrays were cut out
+    return whole
 
 
 def _decode_header(
@@ -222,11 +225,11 @@ def _decode_header(
     if spans:
         return None
     outputs = []
-    for raw in message.outputs or ():
-        name = raw.name
+    for wanted in message.outputs or ():
+        name = wanted.name
         if not isinstance(name, str) or not name:
             raise InvalidArgument("Unable to parse 'name': attempt to access JSON non-string as string")
-        output_parameters = _parameters(raw.parameters, f"output '{name}'")
+        output_parameters = _parameters(wanted.parameters, f"output '{name}'")
         if not isinstance(output_parameters.get("binary_data", False), bool):
             raise InvalidArgument(f"output '{name}': binary_data must be a boolean")
         outputs.append(RequestedOutput(name=name, parameters=dict(output_parameters)))
@@ -247,18 +250,18 @@ def encode_infer_response(response: InferResponse,
     in place: sent as they are, a large answer is copied once, into its chunks), and the JSON header's length if
     binary data follows."""
     outputs: list[dict] = []
-    chunks: list[bytes] = []
+    chunks: list[bytes | memoryview] = []
     for tensor in response.outputs:
         # the shape as it is: orjson writes a tuple as an array
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
         if tensor.in_shared_memory:  # written into the region the request named
             pass
         elif tensor.parameters.get("binary_data", binary_default):
-            chunk = array_to_buffer(tensor.data, tensor.datatype)
+            chunk = array_to_buffer(tensor.values(), tensor.datatype)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
         else:
-            entry["data"] = json_fragment(tensor.data, tensor.datatype)
+            entry["data"] = json_fragment(tensor.values(), tensor.datatype)
         outputs.append(entry)
     message: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:

@@ -9,7 +9,7 @@ event (``data: {...}``), so a decoupled model streams tokens over plain HTTP.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -71,7 +71,7 @@ def _event(item: StreamResponse) -> dict[str, Any] | None:
     if response.id:
         event["id"] = response.id
     for tensor in response.outputs:
-        values = array_to_values(tensor.data, tensor.datatype)
+        values = array_to_values(tensor.values(), tensor.datatype)
         event[tensor.name] = values[0] if len(values) == 1 else values
     return dict(sorted(event.items()))
 
@@ -83,7 +83,7 @@ class GenerateEndpoints:
         self.service = service
         self.body_timeout = body_timeout
 
-    async def _start(self, request: Request) -> AsyncIterator[StreamResponse]:
+    async def _start(self, request: Request) -> AsyncGenerator[StreamResponse, None]:
         name = request.path_params["model_name"]
         version = str(request.path_params.get("model_version", ""))
         await self.service.ensure_model(name, version)
@@ -113,7 +113,8 @@ class GenerateEndpoints:
         return StreamingResponse(_events(first, stream), status_code=status, media_type=EVENT_STREAM)
 
 
-async def _events(first: StreamResponse | None, stream: AsyncIterator[StreamResponse]) -> AsyncIterator[bytes]:
+async def _events(first: StreamResponse | None,
+                  stream: AsyncGenerator[StreamResponse, None]) -> AsyncIterator[bytes]:
     try:
         item = first
         while item is not None:

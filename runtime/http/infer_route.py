@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -106,7 +106,9 @@ class InferRoute:
                     budgeted += self.json_budget.take(size)  # budget what arrived
                 if (self.lane_route is not None and header_length is not None and size <= _OFFLOAD_BYTES
                         and encoding in (None, "", "identity") and self.lane_route.alone()):
-                    served = await self.lane_route.serve(name, version, chunks, _number(header_length), size)
+                    # a small body is never received into a buffer: its chunks are bytes
+                    served = await self.lane_route.serve(name, version, cast(list[bytes], chunks),
+                                                         _number(header_length), size)
                     if served is not None:
                         return _lane_answer(served, accept_encoding or "")
                 into = None
@@ -118,7 +120,7 @@ class InferRoute:
                     request, binary_default = await _off_loop(_decode, *work)
                 else:
                     request, binary_default = _decode(*work)
-                chunks = work = None  # decoded: the received pieces go now, not when the request ends (a queued
+                del chunks, work  # decoded: the received pieces go now, not when the request ends (a queued
                 # request held its body twice)
             finally:
                 if budgeted:
@@ -162,7 +164,7 @@ def _output_bytes(response: InferResponse) -> int:
     return total
 
 
-def _decode(chunks: list[bytes], encoding: str, limit: int, header_length: str | None, name: str,
+def _decode(chunks: list[bytes] | list[memoryview], encoding: str, limit: int, header_length: str | None, name: str,
             version: str, into: Callable[[int], Any] | None) -> tuple:
     return decode_infer_request(assemble_body(chunks, encoding, limit, into), header_length, name, version)
 

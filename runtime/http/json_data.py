@@ -81,6 +81,8 @@ def parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int) 
     filled = 0
     for piece in _number_slices(data, start + 1, end - 1):
         document = parser.parse(b"[" + piece + b"]")
+        if not isinstance(document, simdjson.Array):
+            raise NotFast
         values = np.frombuffer(document.as_buffer(of_type=buffer_type), dtype=parsed_as)
         del document  # the parser is reused: nothing may still refer to its last document
         if filled + len(values) > count:

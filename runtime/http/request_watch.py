@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from types import TracebackType
+
+from starlette.types import Receive
 
 from runtime.errors import Cancelled, ServingError
 from runtime.http.body import BodyTimeout
@@ -26,7 +27,6 @@ from runtime.loop_local import LoopLocal
 WATCH_AFTER_SECONDS = 0.05  # how long an infer request runs before a client that leaves is watched for
 SWEEP_SECONDS = 0.025
 
-Receive = Callable[[], Awaitable[dict]]
 
 
 class WatchedRequest:

@@ -90,6 +90,7 @@ async def send_answer(send: Send, status: int, headers: list[tuple[bytes, bytes]
     """Send an answer as ASGI messages (``headers`` lower-case, Content-Length added); ``body`` whole, or as the
     parts it is joined from (an answer's JSON header and its tensors, read in place).  A body over ``CHUNK_BYTES``
     goes in chunks cut straight from the parts, within ``budget``'s send timeout and byte bound (see the module)."""
+    parts: list[bytes | memoryview]
     if isinstance(body, bytes):
         parts, size = [body], len(body)
     else:

@@ -79,7 +79,7 @@ class _Granian(EmbeddedGranian):
     listener: SocketHolder
 
     def _init_shared_socket(self) -> None:
-        self._shd = self.listener
+        self._shd = self.listener  # type: ignore[assignment]  # granian's stub types the holder as None
         self._sfd = self.listener.get_fd()
         self._ssp = None
 
@@ -134,7 +134,7 @@ class HttpServer:
     async def start(self) -> None:
         """Bind and start serving; OSError if the address cannot be bound."""
         if self._listening_fd is not None:
-            self._server.listener = SocketHolder(self._listening_fd, False, self._backlog)
+            self._server.listener = SocketHolder(self._listening_fd, False, self._backlog)  # type: ignore[call-arg]
         else:
             check_bindable(self.address)
             host, _, port = self.address.rpartition(":")

@@ -134,7 +134,7 @@ class HeaderShedder:
 
 
 def _open_each(*names: str) -> list[IO[str]]:
-    opened = []
+    opened: list[IO[str]] = []
     for name in names:
         with contextlib.suppress(OSError):
             opened.append(open(name))  # noqa: SIM115 - the caller closes them

@@ -69,7 +69,7 @@ class SinglePortServer:
         self.listening_fd = listening_fd
         self.config = Config()
         self.config.keep_alive_timeout = limits.header_timeout
-        self.config.read_timeout = limits.header_timeout
+        self.config.read_timeout = limits.header_timeout  # type: ignore[assignment]  # hypercorn reads seconds
         self.config.h2_max_concurrent_streams = limits.max_concurrent_streams
         # hypercorn closes a connection after 1,000 requests; gRPC clients keep one connection for everything, and
         # over HTTP/2 the close raced the frames already on their way, so h2 answered them with GOAWAY

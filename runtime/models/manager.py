@@ -174,6 +174,7 @@ class ModelManager(LoadedModels):
             for model_version in fresh.values():
                 if model_version.in_service and model_version not in serving.values():
                     self._retire(model_version)
+            assert old is not None  # versions are serving: the model was loaded before
             entry = ModelEntry(name=name, spec=old.spec, versions=dict(serving), config_digest=digest,
                                attempted=attempted, reason=f"reload failed: {reasons}",
                                version_errors={v: m.reason for v, m in failed.items()})
@@ -202,7 +203,7 @@ class ModelManager(LoadedModels):
                                      sequence_slot_timeout=self.sequence_slot_timeout, waits=self.waits,
                                      rate_limiter=self.rate_limiter, handlers=self.handlers,
                                      model_dir=self.repository.model_dir(spec.name))
-        if spec.is_ensemble:
+        if isinstance(model_version, EnsembleVersion):
             model_version.services = self.services
         contexts = [
             HandlerContext(
@@ -236,6 +237,7 @@ class ModelManager(LoadedModels):
     def _record_failure(self, name: str, old: ModelEntry | None, serving: dict, reason: str,
                         digest: str) -> ModelEntry:
         if serving:
+            assert old is not None  # versions are serving: the model was loaded before
             logger.error("model '%s': reload failed, the serving versions stay: %s", name, reason)
             old.reason = f"reload failed: {reason}"
             old.config_digest = digest

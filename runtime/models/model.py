@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -153,6 +154,7 @@ class ModelVersion:
 
     def start(self) -> None:
         """Start scheduling on the running event loop; the version is READY from here on."""
+        assert self._executor is not None  # made by load()
         if self.spec.sequence is not None:
             self.scheduler = SequenceScheduler(self.spec, self.instances, self._executor, self.stats,
                                                self.max_queue_size, self.sequence_slot_timeout, self.waits)
@@ -172,7 +174,8 @@ class ModelVersion:
         if self.state is not ModelState.READY or self.scheduler is None:
             raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
         started = time.perf_counter_ns()
-        failure, queue_ns = FailureReason.OTHER, 0
+        failure: FailureReason | None = FailureReason.OTHER
+        queue_ns = 0
         self._in_flight += 1
         if self._in_flight == 1:
             self._drained.clear()
@@ -190,7 +193,7 @@ class ModelVersion:
                 failure = FailureReason.BACKEND
                 raise result
             failure = None
-            return result
+            return cast(dict[str, np.ndarray], result)  # a scheduler's result for one request: its outputs
         finally:
             self.stats.record_request(failure, time.perf_counter_ns() - started, queue_ns, batch_size)
             self._in_flight -= 1

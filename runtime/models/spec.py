@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 from google.protobuf import json_format
@@ -135,6 +135,8 @@ class ModelSpec:
     # what every valid request's inputs look like past the batch dim, when that is fixed (every input required,
     # its dims fixed, not reshaped, not ragged): the batch signature of them all (scheduling/batch_forming.py)
     fixed_input_signature: tuple | None = field(init=False, repr=False, compare=False, default=None)
+    _inputs_by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _outputs_by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     @property
     def is_ensemble(self) -> bool:
@@ -221,4 +223,4 @@ def config_to_json_dict(config: ModelConfig) -> dict:
     scheduling = data.get("ensemble_scheduling")
     if scheduling is not None and not scheduling.get("max_inflight_requests"):
         del scheduling["max_inflight_requests"]  # newer than Triton 2.51's config: it prints no such field
-    return _as_triton_prints(data, config.DESCRIPTOR)
+    return cast(dict, _as_triton_prints(data, config.DESCRIPTOR))

@@ -184,7 +184,7 @@ async def pieces(model: LlmModel, stream: AsyncIterator[StreamResponse]) -> Asyn
             raise item.error if isinstance(item.error, ServingError) else InvalidArgument(str(item.error))
         if item.response is None:
             continue
-        outputs = {tensor.name: tensor.data for tensor in item.response.outputs}
+        outputs = {tensor.name: tensor.values() for tensor in item.response.outputs}
         piece = Piece(_text(outputs[model.text_output]) if model.text_output in outputs else "")
         if INPUT_TOKENS_OUTPUT in outputs:
             piece.input_tokens = _first_number(outputs[INPUT_TOKENS_OUTPUT])

@@ -156,6 +156,7 @@ class OpenAiRoutes:
             raise FieldError("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a named function")
         offered = tools if tools and choice != "none" else None
         if _is_named_choice(choice):
+            assert choice is not None
             offered = [t for t in tools or [] if t["function"]["name"] == choice["function"]["name"]]
             if not offered:
                 raise FieldError("tool_choice", f"tool_choice names '{choice['function']['name']}', not in 'tools'")
@@ -234,7 +235,8 @@ class OpenAiRoutes:
 
     async def _embed(self, model: LlmModel, text: str) -> np.ndarray:
         response = await self.service.infer(inference_request(model, text, None))
-        outputs = {tensor.name: tensor.data for tensor in response.outputs}
+        outputs = {tensor.name: tensor.values() for tensor in response.outputs}
+        assert model.embedding_output is not None  # require_embeddings() passed
         return np.asarray(outputs[model.embedding_output], dtype=np.float32).reshape(-1)
 
 

@@ -43,8 +43,8 @@ def check_composing_models(spec: ModelSpec, lookup: SpecLookup) -> ModelSpec:
                              f"{', '.join(missing)}")
     inferred: dict[str, tuple[TensorSpec, ModelSpec]] = {}
     decoupled = spec.decoupled
-    for tensor in (*spec.inputs, *spec.outputs):
-        inferred[tensor.name] = (tensor, spec)
+    for own in (*spec.inputs, *spec.outputs):
+        inferred[own.name] = (own, spec)
     for step in spec.steps:
         model = lookup(step.model_name, step.model_version)
         if model is None:
@@ -55,12 +55,12 @@ def check_composing_models(spec: ModelSpec, lookup: SpecLookup) -> ModelSpec:
                                  f"model {model.name} which only allows maximum batch size to be "
                                  f"{model.max_batch_size}")
         decoupled = decoupled or model.decoupled
-        for mapping, find, missing in ((step.input_map, model.input, "is mapping to non-existing input"),
-                                       (step.output_map, model.output, "is mapped from non-existing output")):
+        for mapping, find, what in ((step.input_map, model.input, "is mapping to non-existing input"),
+                                    (step.output_map, model.output, "is mapped from non-existing output")):
             for model_tensor, tensor in mapping.items():
                 declared = find(model_tensor)
                 if declared is None:
-                    raise ModelLoadError(f"in ensemble {name}, ensemble tensor {tensor} {missing} {model_tensor} "
+                    raise ModelLoadError(f"in ensemble {name}, ensemble tensor {tensor} {what} {model_tensor} "
                                          f"in model {model.name}")
                 _agree(name, tensor, declared, model, inferred)
     if decoupled and not spec.decoupled:
@@ -132,7 +132,7 @@ class EnsembleScheduler:
         started = time.perf_counter_ns()
         if request.trace is not None:  # as Triton's ensemble scheduler, which queues the request it is given
             request.trace.event("QUEUE_START", started)
-        tensors: Tensors = {t.name: (t.datatype, t.data) for t in request.inputs}
+        tensors: Tensors = {t.name: (t.datatype, t.values()) for t in request.inputs}
         answers: list[ModelOutputs] = []
         stream = request.stream
         held: list[ModelOutputs] = []  # a decoupled ensemble's latest response, sent once the next one exists
@@ -274,5 +274,6 @@ class EnsembleVersion(ModelVersion):
         return "-"
 
     def start(self) -> None:
+        assert self.services is not None  # handed over by the manager before the version starts
         self.scheduler = EnsembleScheduler(self.spec, self.services, self.stats)  # type: ignore[assignment]
         self.state, self.reason = ModelState.READY, ""

@@ -217,9 +217,11 @@ class Scheduler:
             self.forming.arrival.set()
             return
         needs, priority = self._needs.get(instance, ((), 0))
+        limiter = self.rate_limiter
         if needs:
+            assert limiter is not None  # instances have needs only under a rate limiter
             try:
-                await self.rate_limiter.acquire(needs, priority)
+                await limiter.acquire(needs, priority)
             except asyncio.CancelledError:  # unloading: the queue's requests are answered by close()
                 self.queue.put_back(batch)
                 raise
@@ -228,8 +230,8 @@ class Scheduler:
             if batch:
                 await self._execute_batch(loop, instance, batch)
         finally:
-            if needs:
-                self.rate_limiter.release(needs)
+            if needs and limiter is not None:
+                limiter.release(needs)
 
     async def _execute_batch(self, loop: asyncio.AbstractEventLoop, instance: ModelHandler,
                              batch: list[QueuedRequest]) -> None:
