@@ -113,6 +113,7 @@ def test_a_blocking_read_that_ends_mid_frame_is_a_closed_link():
     frame = b"".join(bytes(part) for part in encode({"a": 1}))
     theirs.sendall(frame + frame[:-1])
     theirs.close()
-    assert receive_blocking(ours) == {"a": 1}
-    with pytest.raises(LinkClosed):
-        receive_blocking(ours)
+    with ours:
+        assert receive_blocking(ours) == {"a": 1}
+        with pytest.raises(LinkClosed):
+            receive_blocking(ours)

@@ -35,6 +35,16 @@ class _App:
         await send({"type": "http.response.body", "body": answer})
 
 
+_CLIENTS: list[asyncio.StreamWriter] = []  # each test's client connections, closed as it ends
+
+
+async def _close_clients() -> None:
+    for writer in _CLIENTS:
+        writer.close()
+    _CLIENTS.clear()
+    await asyncio.sleep(0)
+
+
 async def _pair(server: AdoptedHttp1) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A client connection whose server end is handed to ``server``."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -44,7 +54,9 @@ async def _pair(server: AdoptedHttp1) -> tuple[asyncio.StreamReader, asyncio.Str
     accepted, _ = await loop.sock_accept(listener)
     listener.close()
     server.adopt(accepted)
-    return await connecting
+    reader, writer = await connecting
+    _CLIENTS.append(writer)
+    return reader, writer
 
 
 async def _answer(reader: asyncio.StreamReader) -> bytes:
@@ -70,6 +82,7 @@ def _run(test, limits: HttpLimits | None = None):
         finally:
             app.release.set()
             await server.stop(2)
+            await _close_clients()
 
     asyncio.run(main())
 
@@ -171,6 +184,7 @@ def test_stop_lets_a_request_under_way_finish_and_closes_the_idle(finishes):
         assert await _closed(busy, 2)
         late_reader, _ = await _pair(server)  # adopted after stop: closed at once
         assert await _closed(late_reader, 2)
+        await _close_clients()
 
     asyncio.run(main())
 
