@@ -44,15 +44,10 @@ from bootstrap.storage import (
     make_client,
     unsafe_key_reason,
 )
+from runtime.config.layout import is_version_folder_name
+from runtime.config.pbtxt import version_policy_of
 from runtime.errors import ModelLoadError
-from runtime.models.config import version_policy_of
-from runtime.models.repository import (
-    CONFIG_FILE,
-    CONFIG_OPTIONAL_MODEL_FILES,
-    MAX_CONFIG_BYTES,
-    is_model_folder_name,
-    is_version_folder_name,
-)
+from runtime.models.repository import CONFIG_FILE, CONFIG_OPTIONAL_MODEL_FILES, MAX_CONFIG_BYTES, is_model_folder_name
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from handlers.base import ModelHandler
 
-# handler name (runtime/models/config.py) -> (module, class), imported only when a model of that kind loads
+# handler name (runtime/config/pbtxt.py) -> (module, class), imported only when a model of that kind loads
 _HANDLERS = {
     "onnxruntime": ("handlers.onnx.handler", "OnnxRuntimeHandler"),
     "pytorch": ("handlers.torchscript", "TorchScriptHandler"),
@@ -25,7 +25,7 @@ _HANDLERS = {
 
 
 def handler_class(handler_name: str) -> type[ModelHandler]:
-    """The handler class for a handler name (see runtime/models/config.py), imported only when asked for."""
+    """The handler class for a handler name (see runtime/config/pbtxt.py), imported only when asked for."""
     if handler_name not in _HANDLERS:
         raise ValueError(f"no handler named '{handler_name}'")
     module, name = _HANDLERS[handler_name]

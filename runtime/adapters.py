@@ -24,6 +24,8 @@ from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer, check_bindable
 from runtime.openai.options import OpenAiOptions
+from runtime.openai.restrictions import restriction_guard
+from runtime.openai.routes import openai_mounts
 from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
@@ -177,10 +179,13 @@ class ProtocolAdapters:
 
     def _rest_app(self, auth: TokenAuth | None, lanes: DirectLanes | None = None) -> Any:
         settings = self.settings
+        openai = openai_mounts(self.service, settings.max_request_bytes, settings.http_limits.body_timeout,
+                               settings.openai)
         return create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
                                settings.http_limits.body_timeout, settings.json_decode_budget,
                                settings.http_limits.unsent_bytes(), settings.http_restrictions, lanes,
-                               settings.openai, header_forward(settings.http_header_forward))
+                               header_forward(settings.http_header_forward), openai,
+                               restriction_guard(settings.openai.restrictions))
 
     def _listening_fd(self) -> int | None:
         settings = self.settings

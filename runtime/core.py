@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from runtime import __version__
+from runtime.config.spec import ModelSpec
 from runtime.direct_path import DirectModel
 from runtime.errors import InternalError, InvalidArgument, NotFound, ServingError, Unavailable, Unsupported
 from runtime.extensions.cuda_shared_memory import CudaSharedMemoryRegistry
@@ -32,7 +33,6 @@ from runtime.models.manager import ModelManager
 from runtime.models.model import ModelVersion
 from runtime.models.on_demand import OnDemandLoader
 from runtime.models.readiness import all_ready_checked, version_ready_checked
-from runtime.models.spec import ModelSpec
 from runtime.responses import build_response
 from runtime.scheduling.streaming import stream_responses
 from runtime.tensor_pool import TensorPool

@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from runtime.config.spec import ModelSpec
 from runtime.datatypes import deserialize_bytes, wire_dtype
 from runtime.errors import ServingError, Status
-from runtime.models.spec import ModelSpec
 from runtime.types import ModelOutputs, RequestedOutput
 
 # The direct path's messages are the worker protocol's (handlers/python/transport.py), one request a batch; the

@@ -20,9 +20,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from runtime.config.spec import ModelSpec
 from runtime.direct_path import DirectChannel
 from runtime.errors import ModelLoadError, ServingError
-from runtime.models.spec import ModelSpec
 from runtime.types import InferRequest
 
 # How long one execution may run (server.execute_timeout_seconds; a Python model's execute_timeout_seconds parameter
@@ -288,5 +288,5 @@ class TensorHandler(ModelHandler):
         return results
 
 
-# The backends' registry, as the composition root passes it in: a handler name (runtime/models/config.py) -> its class.
+# The backends' registry, as the composition root passes it in: a handler name (runtime/config/pbtxt.py) -> its class.
 HandlerRegistry = Callable[[str], type[ModelHandler]]

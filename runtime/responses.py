@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime.config.spec import ModelSpec
 from runtime.datatypes import datatype_of
 from runtime.errors import InternalError
 from runtime.extensions.classification import classify, requested_count
 from runtime.models.model import ModelVersion
-from runtime.models.spec import ModelSpec
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 

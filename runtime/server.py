@@ -25,6 +25,7 @@ from runtime.models.control import ModelControl, RepositorySource
 from runtime.models.manager import ModelManager
 from runtime.models.on_demand import OnDemandLoader, OnDemandSettings
 from runtime.models.repository import ConfigCompleter, ModelRepository
+from runtime.openai.restrictions import restriction_guard
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
@@ -33,6 +34,8 @@ from runtime.tensor_pool import TensorPool
 from runtime.thread_policy import batch_threads
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from runtime.frontends.pool import FrontEndPool
 
 logger = logging.getLogger(__name__)
@@ -155,8 +158,8 @@ class Server:
                 adapters = ProtocolAdapters(self.service, endpoints)
             await adapters.start()
             if options.metrics_port is not None:
-                metrics = create_metrics_app(self.service, auth, options.metrics_histograms,
-                                             options.adapters.openai.restrictions)
+                metrics = create_metrics_app(self._metrics_registry, auth,
+                                             restriction_guard(options.adapters.openai.restrictions))
                 after_load.append(metrics.state.prepare_metrics)
                 listeners.append(HttpServer(metrics, endpoints.host, options.metrics_port, endpoints.http_limits))
             for listener in listeners:
@@ -184,6 +187,16 @@ class Server:
         self.service.tracer.close()  # traces not yet written go to the trace file
         logger.info("stopped")
         return self.exit_code
+
+    def _metrics_registry(self) -> CollectorRegistry:
+        """The registry /metrics renders: the core's models, cache and on-demand loader, and what Python models
+        define (pb_utils.MetricFamily)."""
+        from runtime.extensions.metrics import metrics_registry
+
+        service = self.service
+        registry = metrics_registry(service.manager, service.cache, service.on_demand, self.options.metrics_histograms)
+        registry.register(service.custom_metrics)
+        return registry
 
     def _frontend_pool(self) -> FrontEndPool:
         from runtime.frontends.pool import FrontEndPool, FrontEndSettings

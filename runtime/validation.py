@@ -13,10 +13,10 @@ import struct
 
 import numpy as np
 
+from runtime.config.spec import ModelSpec, TensorSpec
 from runtime.datatypes import DATATYPES, MAX_ELEMENTS, deserialize_bytes, element_count, numpy_dtype, wire_dtype
 from runtime.errors import InvalidArgument
 from runtime.extensions.classification import requested_count
-from runtime.models.spec import ModelSpec, TensorSpec
 from runtime.types import InferRequest, InferTensor
 
 BATCH_NOTE = (

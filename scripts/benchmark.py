@@ -240,7 +240,7 @@ def server_session_options(config_text: str):
     import onnxruntime as ort
 
     from handlers.onnx.options import session_plan
-    from runtime.models.config import parse_model_config
+    from runtime.config.pbtxt import parse_model_config
 
     spec = parse_model_config(config_text, "dense")
     return session_plan(ort, spec.proto, spec.parameters, False, 0).options

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import deserialize_bytes_tensor
 
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import InvalidArgument
 from runtime.grpc.codec import decode_infer_request as decode_grpc
 from runtime.grpc.codec import encode_infer_response as encode_grpc
 from runtime.http.codec import decode_infer_request as decode_http
 from runtime.http.codec import encode_infer_response as encode_http
-from runtime.models.config import parse_model_config
 from runtime.types import InferResponse, InferTensor
 from runtime.validation import validate_request
 

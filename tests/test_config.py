@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.config.pbtxt import parse_model_config
+from runtime.config.spec import VersionPolicy
 from runtime.errors import ModelLoadError
-from runtime.models.config import parse_model_config
-from runtime.models.spec import VersionPolicy
 from runtime.scheduling.batch_forming import batch_signature
 from runtime.types import InferRequest, InferTensor
 from runtime.validation import validate_request

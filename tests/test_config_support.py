@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.config.config_support import IGNORED, REFUSED, is_set
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import ModelLoadError
-from runtime.models.config import parse_model_config
-from runtime.models.config_support import IGNORED, REFUSED, is_set
 from runtime.protocol.model_config_pb2 import ModelConfig
 
 BASE = """

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import InvalidArgument, ServingError, Status, Unavailable
 from runtime.frontends.messages import pack_request, pack_response, unpack_request, unpack_response
 from runtime.frontends.wire import OUT_OF_BAND_BYTES, LinkClosed, decode, encode, open_link, receive_blocking
-from runtime.models.config import parse_model_config
 from runtime.types import InferRequest, InferResponse, InferTensor, RequestedOutput
 
 DTYPES = st.sampled_from([np.float32, np.float16, np.int8, np.int64, np.uint16, np.bool_, np.float64])

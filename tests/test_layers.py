@@ -27,6 +27,69 @@ def test_runtime_never_imports_handlers_or_bootstrap():
     assert {path: modules for path, modules in offenders.items() if modules} == {}
 
 
+# The layers, top to bottom (../shared/architecture.md): a module imports only from its own layer or those below.
+# Models build their schedulers, so models sit over scheduling; the OpenAI adapter uses the HTTP adapter's
+# helpers and is mounted beside it by runtime/adapters.py; handlers implement runtime/handler.py's contract.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("bootstrap",),
+    ("runtime.server",),
+    ("runtime.frontends",),
+    ("runtime.adapters",),
+    ("runtime.openai",),
+    ("runtime.listen",),
+    ("runtime.http", "runtime.grpc"),
+    ("runtime.api", "runtime.auth", "runtime.restricted_api", "runtime.header_forward"),
+    ("runtime.core", "runtime.responses", "runtime.validation"),
+    ("runtime.extensions",),
+    ("runtime.models",),
+    ("runtime.scheduling",),
+    ("handlers", "triton_python_backend_utils"),
+    ("runtime.handler",),
+    ("runtime.direct_path", "runtime.tensor_pool", "runtime.memfd_arena", "runtime.deadline_wheel",
+     "runtime.loop_local", "runtime.process_memory", "runtime.thread_policy", "runtime.allocator", "runtime.devices"),
+    ("runtime.config", "runtime.types", "runtime.datatypes", "runtime.errors", "runtime.protocol", "runtime"),
+)
+
+
+def _layer(module: str) -> int | None:
+    """The index of the layer ``module`` belongs to (its longest prefix in LAYERS); None: not ours."""
+    best: tuple[int, int] | None = None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (index, len(prefix))
+    return best[0] if best is not None else None
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_runs_back_up_a_layer():
+    """Every import of ours points to the importer's own layer or one below it: no exception list."""
+    files = [ROOT / "triton_python_backend_utils.py"]
+    for folder in ("runtime", "handlers", "bootstrap"):
+        files += [path for path in (ROOT / folder).rglob("*.py")]
+    upward = []
+    for path in files:
+        source = _module_name(path)
+        layer = _layer(source)
+        assert layer is not None, f"{source} is in no layer: add it to LAYERS"
+        for target in _imported_modules(path):
+            target_layer = _layer(target)
+            if target_layer is not None and target_layer < layer:
+                upward.append(f"{source} -> {target}")
+    assert upward == []
+
+
+def test_models_sit_over_scheduling():
+    scheduling = [path for path in (ROOT / "runtime" / "scheduling").rglob("*.py")]
+    assert not [f"{_module_name(path)} -> {target}" for path in scheduling for target in _imported_modules(path)
+                if target.startswith("runtime.models")]
+
+
 _OURS = ("runtime", "handlers", "bootstrap", "tests", "scripts", "examples", "triton_python_backend_utils")
 # Private names of other libraries that we use on purpose: os._exit (a process that must end now), torch's JIT
 # switches (as Triton's pytorch backend sets them) and the kubernetes client's deserializer (the deploy manifests

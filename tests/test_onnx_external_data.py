@@ -10,8 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from handlers.base import HandlerContext
 from handlers.onnx.handler import OnnxRuntimeHandler, check_external_data
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import ModelLoadError
-from runtime.models.config import parse_model_config
 from tests.support import add_sub_config
 
 OUTSIDE = "../../../etc/passwd"

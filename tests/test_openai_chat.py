@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import InvalidArgument
-from runtime.models.config import parse_model_config
 from runtime.openai.chat import parse_tool_calls, render_chat
 from runtime.openai.generation import StopScan
 from runtime.openai.llm_model import read_llm_model

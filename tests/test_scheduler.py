@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from handlers.base import REQUEUE, HandlerContext, ModelHandler, TensorHandler
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import InternalError, Unavailable
-from runtime.models.config import parse_model_config
 from runtime.scheduling import run_placement
 from runtime.scheduling.batch_forming import SEPARATE_EXECUTIONS, SEPARATE_SECONDS, QueuedRequest
 from runtime.scheduling.run_placement import INLINE_INPUT_BYTES, INLINE_SECONDS

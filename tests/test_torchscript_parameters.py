@@ -9,8 +9,8 @@ import torch
 from examples.build_models import build_linear_torchscript
 from handlers.base import HandlerContext
 from handlers.torchscript import TorchScriptHandler
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import ModelLoadError
-from runtime.models.config import parse_model_config
 
 CONFIG = """
     platform: "pytorch_libtorch"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import InvalidArgument
-from runtime.models.config import parse_model_config
 from runtime.types import InferRequest, InferTensor
 from runtime.validation import validate_request
 

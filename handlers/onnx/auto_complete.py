@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from runtime.config.layout import newest_model_file
 from runtime.errors import ModelLoadError
-from runtime.models.repository import newest_model_file
 from runtime.protocol.model_config_pb2 import DataType, ModelConfig
 
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=onnxruntime,default-max-batch-size default

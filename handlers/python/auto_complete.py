@@ -18,9 +18,9 @@ from google.protobuf import json_format
 from handlers.python.environment import PARAMETER as ENVIRONMENT_PARAMETER
 from handlers.python.environment import PythonEnvironment, default_environments_dir, prepare_environment
 from handlers.python.environment_process import start_in_environment
+from runtime.config.layout import PYTHON_MODEL_FILE, newest_model_file
+from runtime.config.spec import config_to_json_dict
 from runtime.errors import ModelLoadError
-from runtime.models.repository import PYTHON_MODEL_FILE, newest_model_file
-from runtime.models.spec import config_to_json_dict
 from runtime.protocol.model_config_pb2 import ModelConfig
 
 if TYPE_CHECKING:

@@ -9,12 +9,11 @@ unbatched one ``[min(N, classes)]``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runtime.errors import InvalidArgument, ModelLoadError
+from runtime.errors import InvalidArgument
 
 PARAMETER = "classification"
 
@@ -45,15 +44,3 @@ def classify(array: np.ndarray, count: int, labels: list[str], batched: bool) ->
                 text += f":{labels[index]}"
             result[row_index, column] = text.encode("utf-8")
     return result if batched else result.reshape(take)
-
-
-def load_labels(model_dir: Path, filename: str, output: str) -> list[str]:
-    """The lines of an output's label file, which must lie inside the model's folder."""
-    root = model_dir.resolve()
-    path = (root / filename).resolve()
-    if not path.is_relative_to(root) or not path.is_file():
-        raise ModelLoadError(f"label file '{filename}' of output '{output}' is not a file in the model's folder")
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read label file '{filename}' of output '{output}': {exc}") from None

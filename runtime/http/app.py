@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.api import InferenceApi
 from runtime.auth import HEALTH_PATHS, TokenAuth
-from runtime.core import InferenceService
 from runtime.direct_path import DirectLanes
 from runtime.errors import InvalidArgument, ServingError, Unauthenticated, Unsupported
 from runtime.extensions.cuda_shared_memory import decode_ipc_handle
@@ -33,10 +34,10 @@ from runtime.http.infer_route import InferRoute
 from runtime.http.restricted import RestrictedApiMiddleware
 from runtime.http.sending import UnsentBytes
 from runtime.http.status import error_body, error_status
-from runtime.openai.options import OpenAiOptions
-from runtime.openai.restrictions import OpenAiRestrictionMiddleware, OpenAiRestrictions
-from runtime.openai.routes import create_openai_app, openai_health_route
 from runtime.restricted_api import RestrictedApis
+
+if TYPE_CHECKING:  # prometheus_client loads with the first scrape
+    from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -233,15 +234,17 @@ def create_http_app(
     unsent: UnsentBytes | None = None,
     restrictions: RestrictedApis | None = None,
     lanes: DirectLanes | None = None,
-    openai: OpenAiOptions | None = None,
     header_forward: HeaderForward | None = None,
+    more_routes: Sequence[BaseRoute] = (),
+    guard: Callable[[ASGIApp], ASGIApp] | None = None,
 ) -> ASGIApp:
     """The ASGI application serving the V2 REST protocol: Starlette's routes, with inference dispatched first
     (``InferRoute``) and, given ``auth``, every request checked before either; given ``restrictions``, calls of a
     restricted API group refused without its header.  ``unsent``: the process's bound on answers being sent to
     clients (send timeout, bytes); ``lanes``: where a lone infer request with binary tensors may be served past the
     core (``lane_route.py``); ``header_forward``: which headers infer requests carry as parameters (no lanes then,
-    for a lane would not see them)."""
+    for a lane would not see them); ``more_routes``: other protocols' routes beside the V2 ones (the OpenAI
+    adapter's), ``guard`` a middleware of theirs, inside the token's."""
     endpoints = V2Endpoints(service, body_timeout)
     generate = GenerateEndpoints(service, body_timeout)
     model = "/v2/models/{model_name}"
@@ -283,9 +286,7 @@ def create_http_app(
             Route(prefix + "/generate", generate.generate, methods=["POST"]),
             Route(prefix + "/generate_stream", generate.generate_stream, methods=["POST"]),
         ]
-    openai = openai or OpenAiOptions()
-    routes.append(openai_health_route(service))  # Triton's OpenAI frontend's, at the root
-    routes.append(Mount("/v1", app=create_openai_app(service, max_body_bytes, body_timeout, openai)))  # OpenAI's API
+    routes.extend(more_routes)
     exception_handlers = {ServingError: _serving_error, HTTPException: _http_error, Exception: _unexpected_error}
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.router.redirect_slashes = False  # Triton answers 404 to a trailing slash, not a redirect
@@ -293,32 +294,29 @@ def create_http_app(
                                  unsent or UnsentBytes(), None if header_forward else lanes, header_forward)
     if restrictions:
         served = RestrictedApiMiddleware(served, restrictions)
-    if openai.restrictions:
-        served = OpenAiRestrictionMiddleware(served, openai.restrictions)
+    if guard is not None:
+        served = guard(served)
     return TokenAuthMiddleware(served, auth, exempt_health) if auth else served
 
 
-def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None,
-                       histograms: bool = False, restrictions: OpenAiRestrictions | None = None) -> Starlette:
-    """Prometheus ``/metrics`` (served on its own port, 8002 by default; behind ``--openai-restricted-api``'s
-    ``metrics`` header where ``restrictions`` names it).
+def create_metrics_app(make_registry: Callable[[], CollectorRegistry], auth: TokenAuth | None = None,
+                       guard: Callable[[ASGIApp], ASGIApp] | None = None) -> Starlette:
+    """Prometheus ``/metrics`` from the registry ``make_registry`` makes (the server's: it knows the core), served
+    on its own port, 8002 by default; ``guard``: a middleware inside the token's (``--openai-restricted-api``'s
+    ``metrics`` group).
 
     prometheus_client and psutil load with the registry, which is made by the first scrape or by
     ``app.state.prepare_metrics()`` (the server calls it in a thread of its own once the cold start's models are
     loaded), so they stay off the path to ready and off the event loop that answers the first requests.
     """
-    registry = None
+    registry: CollectorRegistry | None = None
     making = threading.Lock()
 
     def prepare_metrics() -> None:
         nonlocal registry
         with making:
             if registry is None:
-                from runtime.extensions.metrics import metrics_registry
-
-                made = metrics_registry(service.manager, service.cache, service.on_demand, histograms)
-                made.register(service.custom_metrics)  # what Python models define (pb_utils.MetricFamily)
-                registry = made
+                registry = make_registry()
 
     async def metrics(request: Request) -> Response:
         from runtime.extensions.metrics import CONTENT_TYPE, render_metrics
@@ -328,8 +326,8 @@ def create_metrics_app(service: InferenceService, auth: TokenAuth | None = None,
         return Response(render_metrics(registry), media_type=CONTENT_TYPE)
 
     middleware = [Middleware(TokenAuthMiddleware, auth=auth, exempt_health=False)] if auth else []
-    if restrictions:
-        middleware.append(Middleware(OpenAiRestrictionMiddleware, restrictions=restrictions))
+    if guard is not None:
+        middleware.append(Middleware(guard))
     app = Starlette(
         routes=[Route("/metrics", metrics, methods=["GET"])],
         middleware=middleware,

@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from runtime.config.ensemble_config import composing_models
+from runtime.config.spec import ModelSpec
 from runtime.errors import InvalidArgument, NotFound, Unavailable
 from runtime.models.model import UNLOADED, ModelState, ModelVersion
 from runtime.models.repository import ModelRepository
-from runtime.models.spec import ModelSpec
-from runtime.scheduling.ensemble_config import composing_models
 
 _LEADING_INTEGER = re.compile(r"\s*[+-]?\d+")
 

@@ -9,14 +9,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from runtime.config.ensemble_config import load_order
+from runtime.config.spec import ENSEMBLE, ModelSpec
 from runtime.errors import ModelLoadError
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, HandlerRegistry, ServerServices
+from runtime.models.ensemble_version import EnsembleVersion
 from runtime.models.lookup import LoadedModels, ModelEntry
 from runtime.models.model import UNLOADED, ModelState, ModelVersion
 from runtime.models.repository import CONFIG_FILE, ModelRepository
-from runtime.models.spec import ENSEMBLE, ModelSpec
-from runtime.scheduling.ensemble import EnsembleVersion, check_composing_models
-from runtime.scheduling.ensemble_config import load_order
+from runtime.scheduling.ensemble import check_composing_models
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS

@@ -13,10 +13,10 @@ from typing import cast
 
 import numpy as np
 
+from runtime.config.spec import ModelSpec
 from runtime.errors import ModelLoadError, ServingError, Unavailable
-from runtime.extensions.classification import load_labels
 from runtime.handler import HandlerContext, HandlerRegistry, ModelHandler, first_load_alone
-from runtime.models.spec import ModelSpec
+from runtime.models.labels import load_labels
 from runtime.models.warmup import run_warmup
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler

@@ -6,15 +6,15 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from runtime.config.layout import PYTHON_MODEL_FILE, is_version_folder_name
+from runtime.config.pbtxt import read_model_config, read_model_config_json, spec_from_config
+from runtime.config.spec import ModelSpec
 from runtime.errors import ModelLoadError
-from runtime.models.config import read_model_config, read_model_config_json, spec_from_config
-from runtime.models.spec import ModelSpec
 from runtime.protocol.model_config_pb2 import ModelConfig
 
 # Completes a model's config as written (Triton's auto-complete: a Python model's auto_complete_config, an ONNX
 # model's graph).
 ConfigCompleter = Callable[[ModelConfig, Path], ModelConfig]
-PYTHON_MODEL_FILE = "model.py"
 # With auto-complete on, a model holding one of these may come without config.pbtxt (as in Triton).
 CONFIG_OPTIONAL_MODEL_FILES = (PYTHON_MODEL_FILE, "model.onnx")
 
@@ -32,22 +32,6 @@ _BACKEND_BY_MODEL_FILE = (
     ("model.savedmodel", ".savedmodel", "tensorflow_savedmodel", "tensorflow"),
     ("model.graphdef", ".graphdef", "tensorflow_graphdef", "tensorflow"),
 )
-
-
-def is_version_folder_name(name: str) -> bool:
-    """Triton version folders are positive decimal integers."""
-    return name.isascii() and name.isdigit() and int(name) > 0
-
-
-def newest_model_file(model_dir: Path, file_name: str) -> Path | None:
-    """``<N>/<file_name>`` of the newest version holding it (what auto-complete reads), inside ``model_dir``."""
-    versions = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and is_version_folder_name(p.name)),
-                      reverse=True)
-    for version in versions:
-        path = model_dir / str(version) / file_name
-        if path.is_file() and path.resolve().is_relative_to(model_dir.resolve()):
-            return path
-    return None
 
 
 def is_model_folder_name(name: str) -> bool:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime.config.spec import ModelSpec
 from runtime.datatypes import array_from_buffer, config_type_to_datatype, element_count, numpy_dtype
 from runtime.errors import ModelLoadError, ServingError
-from runtime.models.spec import ModelSpec
 from runtime.protocol import model_config_pb2
 from runtime.types import InferRequest, InferTensor
 

@@ -7,7 +7,7 @@ groups the V2 paths."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import orjson
@@ -87,3 +87,10 @@ class OpenAiRestrictionMiddleware:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+def restriction_guard(restrictions: OpenAiRestrictions) -> Callable[[ASGIApp], ASGIApp] | None:
+    """The middleware an app wraps its routes in where ``restrictions`` names any API (None: none to wrap)."""
+    if not restrictions:
+        return None
+    return lambda app: OpenAiRestrictionMiddleware(app, restrictions)

@@ -17,7 +17,7 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from runtime.api import InferenceApi
 from runtime.errors import NotFound, ServingError, Status
@@ -291,3 +291,11 @@ def create_openai_app(service: InferenceApi, max_body_bytes: int, body_timeout: 
         Route("/chat/completions", routes.chat, methods=["POST"]),
         Route("/embeddings", routes.embeddings, methods=["POST"]),
     ], exception_handlers={ServingError: _serving_error, Exception: _unexpected_error})
+
+
+def openai_mounts(service: InferenceApi, max_body_bytes: int, body_timeout: float,
+                  options: OpenAiOptions | None = None) -> list[BaseRoute]:
+    """The OpenAI-compatible API at ``/v1`` and Triton's frontend's ``GET /health/ready``, for the HTTP port's app
+    (``runtime.http.app.create_http_app``'s ``more_routes``)."""
+    return [openai_health_route(service), Mount("/v1", app=create_openai_app(service, max_body_bytes, body_timeout,
+                                                                             options))]

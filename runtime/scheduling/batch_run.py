@@ -13,10 +13,10 @@ from typing import Any, cast
 
 import numpy as np
 
+from runtime.config.spec import ModelSpec
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import InternalError, ServingError, Unavailable
 from runtime.handler import ExecutionTiming, ModelHandler, RequestResult, TensorHandler
-from runtime.models.spec import ModelSpec
 from runtime.scheduling.batch_forming import QueuedRequest
 from runtime.scheduling.run_placement import Placement, RunPlacement
 

@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from runtime.config.ensemble_config import EnsembleStep, composing_models
+from runtime.config.spec import ModelSpec, TensorSpec
 from runtime.errors import ModelLoadError, ServingError
 from runtime.handler import ServerServices
-from runtime.models.model import ModelState, ModelVersion
-from runtime.models.spec import ModelSpec, TensorSpec
-from runtime.scheduling.ensemble_config import EnsembleStep, composing_models
 from runtime.scheduling.ensemble_inflight import StepSlots
 from runtime.scheduling.stats import ModelStatistics
 from runtime.types import InferRequest, InferTensor, ModelOutputs, RequestedOutput, StreamItem
@@ -208,14 +207,14 @@ class EnsembleScheduler:
                 branch.cancel()
 
     def _decoupled(self, step: EnsembleStep) -> bool:
-        return self.services.is_decoupled(step.model_name, _version_text(step))
+        return self.services.is_decoupled(step.model_name, version_text(step))
 
     def _step_request(self, step: EnsembleStep, tensors: Tensors, request: InferRequest) -> InferRequest:
         inputs = []
         for model_input, tensor in step.input_map.items():
             datatype, array = tensors[tensor]
             inputs.append(InferTensor(model_input, datatype, tuple(int(d) for d in array.shape), array))
-        return InferRequest(model_name=step.model_name, model_version=_version_text(step), id=request.id,
+        return InferRequest(model_name=step.model_name, model_version=version_text(step), id=request.id,
                             inputs=inputs, outputs=[RequestedOutput(name) for name in step.output_map],
                             parameters=dict(request.parameters), bls_chain=request.bls_chain,
                             caller_execution=request.caller_execution, trace=request.trace, outputs_optional=True)
@@ -229,51 +228,10 @@ class EnsembleScheduler:
         """Nothing to stop: in-flight requests belong to their callers (drained before an ensemble unloads)."""
 
 
-def _version_text(step: EnsembleStep) -> str:
+def version_text(step: EnsembleStep) -> str:
+    """The version a step asks for, as a request names it ("" for the newest)."""
     return "" if step.model_version < 0 else str(step.model_version)
 
 
 def _as_serving_error(error: Exception) -> ServingError:
     return error if isinstance(error, ServingError) else ServingError(f"{type(error).__name__}: {error}")
-
-
-class EnsembleVersion(ModelVersion):
-    """A loaded version of an ensemble: no instances; ready while every model its steps call is."""
-
-    services: ServerServices | None = None
-
-    def load(self, contexts: list) -> None:
-        """Only its label files to read (its composing models were checked before)."""
-        try:
-            self.load_labels()
-        except ModelLoadError as exc:
-            self.state, self.reason = ModelState.UNAVAILABLE, str(exc)
-
-    @property
-    def loaded(self) -> bool:
-        return self.state is not ModelState.UNAVAILABLE
-
-    @property
-    def ready(self) -> bool:
-        return self.state is ModelState.READY and not self._unready_composing()
-
-    def _unready_composing(self) -> list[str]:
-        services = self.services
-        if services is None:
-            return ["(no server)"]
-        return [step.model_name for step in self.spec.steps
-                if not services.model_ready(step.model_name, _version_text(step))]
-
-    def status(self) -> tuple[str, str]:
-        if self.state is ModelState.READY and (unready := self._unready_composing()):
-            return ModelState.UNAVAILABLE.value, f"composing model(s) not ready: {', '.join(unready)}"
-        return self.state.value, self.reason
-
-    @property
-    def device(self) -> str:
-        return "-"
-
-    def start(self) -> None:
-        assert self.services is not None  # handed over by the manager before the version starts
-        self.scheduler = EnsembleScheduler(self.spec, self.services, self.stats)  # type: ignore[assignment]
-        self.state, self.reason = ModelState.READY, ""

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from runtime.config.spec import QueuePolicy
 from runtime.errors import InvalidArgument
-from runtime.models.spec import QueuePolicy
 from runtime.types import InferRequest
 
 

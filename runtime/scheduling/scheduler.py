@@ -13,9 +13,9 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from runtime.config.spec import ModelSpec, QueuePolicy
 from runtime.errors import InternalError, Unavailable
 from runtime.handler import REQUEUE, ExecutionTiming, ModelHandler, RequestResult, Reschedule, TensorHandler
-from runtime.models.spec import ModelSpec, QueuePolicy
 from runtime.scheduling.batch_forming import BatchForming, QueuedRequest, batch_signature
 from runtime.scheduling.batch_run import BatchExecution, trace_compute
 from runtime.scheduling.idle_watch import IdleWatch

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from runtime.config.sequence_config import SequenceSpec
 from runtime.datatypes import numpy_dtype
 from runtime.errors import InvalidArgument, Unavailable
 from runtime.handler import ModelHandler
 from runtime.scheduling.request_parameters import requested_timeout
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE, Scheduler
-from runtime.scheduling.sequence_config import SequenceSpec
 from runtime.scheduling.stats import ModelStatistics
 from runtime.scheduling.wait_graph import WaitGraph
 from runtime.types import InferRequest, InferTensor

@@ -12,16 +12,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
+
+from runtime.config.spec import ModelSpec
 from runtime.errors import ServingError
-from runtime.models.model import ModelVersion
 from runtime.types import InferRequest, InferResponse, ResponseStream, StreamItem, StreamResponse
 
 BuildResponse = Callable[..., InferResponse]
 
 
-async def stream_responses(model: ModelVersion, request: InferRequest, batch_size: int, build: BuildResponse,
+class StreamedModel(Protocol):
+    """What streaming needs of a model version (``runtime.models.model.ModelVersion`` is one)."""
+
+    spec: ModelSpec
+
+    async def infer(self, request: InferRequest, batch_size: int) -> dict[str, np.ndarray]: ...
+
+
+async def stream_responses(model: StreamedModel, request: InferRequest, batch_size: int, build: BuildResponse,
                            run: Callable[[], Awaitable[Any]] | None = None) -> AsyncIterator[StreamResponse]:
     """Run a validated request on ``model``; ``build(model, request, outputs, complete)`` makes each response.
     ``run``: how a model in default mode answers (the response cache's way, say), instead of ``model.infer``."""
@@ -65,7 +75,7 @@ def _end_on_failure(execution: asyncio.Future, stream: ResponseStream) -> None:
         stream.put(StreamItem(error, True))
 
 
-def _stream_response(item: StreamItem, model: ModelVersion, request: InferRequest,
+def _stream_response(item: StreamItem, model: StreamedModel, request: InferRequest,
                      build: BuildResponse) -> StreamResponse:
     if isinstance(item.outputs, Exception):
         return StreamResponse(None, item.outputs, item.final)

@@ -17,10 +17,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from examples.build_models import save_onnx
+from runtime.config.ensemble_config import load_order
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import ModelLoadError
-from runtime.models.config import parse_model_config
 from runtime.scheduling.ensemble import check_composing_models
-from runtime.scheduling.ensemble_config import load_order
 from tests.support import ServerProcess, python_model_source, write_model
 
 WIDTH, CLASSES = 16, 4

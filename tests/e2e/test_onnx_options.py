@@ -10,8 +10,8 @@ import tritonclient.http as httpclient
 
 from examples.build_models import build_add_sub_onnx
 from handlers.onnx.options import session_plan, tensorrt_options
+from runtime.config.pbtxt import parse_model_config
 from runtime.errors import ModelLoadError
-from runtime.models.config import parse_model_config
 from tests.conftest import ONNX_ADD_SUB_CONFIG
 from tests.support import ServerProcess, write_model
 

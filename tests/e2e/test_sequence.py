@@ -374,7 +374,7 @@ def test_implicit_state_is_carried_per_sequence_and_reset_at_start(tmp_path, bac
 def test_the_sequence_batchers_own_queue_delay_and_preferred_sizes_drive_its_batching():
     from concurrent.futures import ThreadPoolExecutor
 
-    from runtime.models.config import parse_model_config
+    from runtime.config.pbtxt import parse_model_config
     from runtime.scheduling.scheduler import Scheduler
     from runtime.scheduling.stats import ModelStatistics
 

@@ -1,16 +1,16 @@
 """Model configuration read: ``config.pbtxt`` parsed with Triton's ModelConfig message, checked, its defaults
-filled in as Triton fills them, and turned into the :class:`~runtime.models.spec.ModelSpec` every other module uses
-(``runtime/models/spec.py``).
+filled in as Triton fills them, and turned into the :class:`~runtime.config.spec.ModelSpec` every other module uses
+(``runtime/config/spec.py``).
 """
 
 from __future__ import annotations
 
 from google.protobuf import json_format, text_format
 
-from runtime.datatypes import DATATYPES, config_type_to_datatype
-from runtime.errors import ModelLoadError
-from runtime.models.config_support import check_supported
-from runtime.models.spec import (
+from runtime.config.config_support import check_supported
+from runtime.config.ensemble_config import ensemble_steps
+from runtime.config.sequence_config import sequence_spec
+from runtime.config.spec import (
     ENSEMBLE,
     DynamicBatchingSpec,
     InstanceGroupSpec,
@@ -20,9 +20,9 @@ from runtime.models.spec import (
     TensorSpec,
     VersionPolicy,
 )
+from runtime.datatypes import DATATYPES, config_type_to_datatype
+from runtime.errors import ModelLoadError
 from runtime.protocol import model_config_pb2
-from runtime.scheduling.ensemble_config import ensemble_steps
-from runtime.scheduling.sequence_config import sequence_spec
 
 # platform / backend string -> handler name and its default model file name.
 _HANDLER_BY_PLATFORM = {

@@ -1,6 +1,6 @@
 """A model's configuration as every module but the parser sees it: typed, validated, immutable.
 
-``runtime.models.config`` reads ``config.pbtxt`` (Triton's ModelConfig message) into a :class:`ModelSpec`; the
+``runtime.config.pbtxt`` reads ``config.pbtxt`` (Triton's ModelConfig message) into a :class:`ModelSpec`; the
 message itself is kept on the spec for the config endpoints (printed here as Triton prints it) and for the Python
 backend's ``args["model_config"]``.
 """
@@ -16,10 +16,10 @@ import numpy as np
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
+from runtime.config.ensemble_config import EnsembleStep
+from runtime.config.sequence_config import SequenceSpec
 from runtime.datatypes import WIRE_DTYPES
 from runtime.protocol import model_config_pb2
-from runtime.scheduling.ensemble_config import EnsembleStep
-from runtime.scheduling.sequence_config import SequenceSpec
 
 ModelConfig = model_config_pb2.ModelConfig
 ENSEMBLE = "ensemble"  # the ensemble platform's handler name
