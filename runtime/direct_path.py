@@ -10,25 +10,18 @@ statistics. The front end serves a request that way only where the core would ha
 from __future__ import annotations
 
 import asyncio
-import json
-import pickle
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Protocol
 
 from runtime.config.spec import ModelSpec
-from runtime.datatypes import deserialize_bytes, wire_dtype
-from runtime.errors import ServingError, Status
+from runtime.errors import ServingError
 from runtime.types import ModelOutputs, RequestedOutput
 
 # The direct path's messages are the worker protocol's (handlers/python/transport.py), one request a batch; the
 # front end's end also knows these: where an output lies (in the message, or as the request's input of that number)
 # and the execution a direct batch is (BLS calls from it name it, so that the handler sees them).
-DIRECT_INLINE = -1
-DIRECT_REQUEST_INPUT = -2
 DIRECT_EXECUTION = -1
 
 
@@ -47,6 +40,9 @@ class DirectChannel:
     # why a request sent this way failed, in the core's words, once the worker went away (``timed_out``: it did not
     # answer in time, and is dropped here); blocking (it may wait for the process): never on the event loop
     failure: Callable[[bool], str]
+    # a batch's answer as the core takes a model's: its outputs, the model's error, or None where the model asked to
+    # see the request again (the backend's own format: ``read_answer(frame, the request's inputs)``)
+    read_answer: Callable[[bytes, list[bytes]], ModelOutputs | ServingError | None]
     closing: list[Callable[[bool], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     closed: bool = False
@@ -80,27 +76,6 @@ class DirectChannel:
 # What a direct path served, for the model's statistics: rows of (batch size, requests, total, input, infer and
 # output ns), then failed requests, their ns, and the wall-clock ns of the last request (0: none).
 ServedRows = tuple[list[tuple[int, int, int, int, int, int]], int, int, int]
-
-
-def answer_outputs(frame: bytes, inputs: list[bytes]) -> ModelOutputs | ServingError | None:
-    """A direct batch's answer (the worker's ``results`` message) as the core takes a model's: its outputs, the
-    model's error, or None where the model asked to see the request again.  ``inputs``: the request's inputs as
-    the front end sent them (an output may be one of them)."""
-    _, _, (encoded,) = pickle.loads(frame)  # noqa: S301 - our own worker's message, on a socket only we hold
-    if encoded is None:
-        return None
-    if encoded[0] != "ok":
-        _, message, status = encoded
-        return ServingError(message, Status(status))
-    arrays: dict[str, Any] = {}
-    for name, datatype, shape, segment, index, _, inline in encoded[1]:
-        data = memoryview(inline if segment == DIRECT_INLINE else inputs[index])
-        if datatype == "BYTES":
-            arrays[name] = deserialize_bytes(data, int(np.prod(shape, dtype=np.int64)), name).reshape(shape)
-        else:
-            arrays[name] = np.frombuffer(data, dtype=wire_dtype(datatype)).reshape(shape)
-    parameters = encoded[2]
-    return ModelOutputs(arrays, json.loads(parameters) if parameters and parameters != "{}" else None)
 
 
 @dataclass(frozen=True)

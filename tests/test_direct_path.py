@@ -1,6 +1,6 @@
-"""runtime/direct_path.py: a direct batch's answer read as the core takes a model's, and the side door's closing
-hooks; with the statistics it adds to (runtime/scheduling/stats.py) and the model scan that keeps BLS models off it
-(handlers/python/backend.py)."""
+"""handlers/python/direct_answer.py: a direct batch's answer read as the core takes a model's;
+runtime/direct_path.py: the side door's closing hooks; with the statistics it adds to (runtime/scheduling/stats.py)
+and the model scan that keeps BLS models off it (handlers/python/backend.py)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,16 @@ import numpy as np
 import pytest
 
 from handlers.python.backend import mentions_bls
+from handlers.python.direct_answer import answer_outputs
 from handlers.python.transport import INLINE, REQUEST_INPUT
 from runtime.datatypes import serialize_bytes
-from runtime.direct_path import DIRECT_INLINE, DIRECT_REQUEST_INPUT, DirectChannel, answer_outputs
+from runtime.direct_path import DirectChannel
 from runtime.errors import ServingError, Status
 from runtime.scheduling.stats import FailureReason, ModelStatistics
 
 
 def _frame(encoded) -> bytes:
     return pickle.dumps(("results", 7, [encoded]), pickle.HIGHEST_PROTOCOL)
-
-
-def test_the_front_end_reads_the_worker_protocols_places():
-    assert (DIRECT_INLINE, DIRECT_REQUEST_INPUT) == (INLINE, REQUEST_INPUT)
 
 
 def test_outputs_in_the_message_and_as_the_requests_input():
@@ -50,7 +47,7 @@ def test_an_error_and_a_reschedule():
 
 def test_closing_hooks_run_once_and_none_join_after():
     told, dropped = [], []
-    channel = DirectChannel(3, 4, 1024, 1 << 30, 5.0, lambda timed_out: "why")
+    channel = DirectChannel(3, 4, 1024, 1 << 30, 5.0, lambda timed_out: "why", answer_outputs)
     assert channel.on_close(told.append)
     channel.on_close(dropped.append)()  # taken off again: not run
     channel.close(True)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from handlers.python.direct_answer import answer_outputs
 from handlers.python.environment import PythonEnvironment
 from handlers.python.environment_process import start_in_environment
 from handlers.python.readiness import ReadinessProbe, open_readiness
@@ -215,7 +216,7 @@ class WorkerLink:
                 theirs.close()
             self._direct_ends = (ours, buffer)
             self._direct = DirectChannel(ours.fileno(), buffer.fd, buffer.size, DIRECT_SEGMENT, execute_timeout,
-                                         lambda timed_out: failure(self, timed_out))
+                                         lambda timed_out: failure(self, timed_out), answer_outputs)
             return self._direct
 
     def close_direct(self, wait: bool = False) -> None:

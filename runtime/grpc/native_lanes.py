@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from runtime.api import InferenceApi
 from runtime.datatypes import wire_dtype
-from runtime.direct_path import SERVE_AGAIN, DirectModel, LaneAnswer, LaneRequest, answer_outputs
+from runtime.direct_path import SERVE_AGAIN, DirectModel, LaneAnswer, LaneRequest
 from runtime.errors import InternalError, ServingError, Status
 from runtime.grpc.codec import encode_infer_response
 from runtime.grpc.service import GRPC_STATUS, MAX_DETAILS_BYTES, details
@@ -267,7 +267,7 @@ class NativeLanes:
             threading.Thread(target=self._fail_with_worker, args=(settled, model, why == "timeout", elapsed_ns),
                              daemon=True, name="direct-failure").start()
             return
-        outcome = answer_outputs(frame, inputs)
+        outcome = model.channel.read_answer(frame, inputs)
         if outcome is None:
             settled(SERVE_AGAIN)
             return
