@@ -304,8 +304,8 @@ class PythonBackendHandler(ModelHandler):
             if running is not None:
                 running.ask_cancel()
             return
-        assert call_id is not None  # every call but a cancel waits for its reply
         if kind == "bls":
+            assert call_id is not None  # a BLS call waits for its reply
             request, decoupled = message[2], message[3]
             if request.get("execution") == DIRECT_EXECUTION:  # from a request served through the side door
                 self._found_bls()

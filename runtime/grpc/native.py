@@ -154,10 +154,9 @@ class NativeGrpcServer:
         for call, kind, payload in self.edge.take(self.receive_into):
             if call is None:  # a lane is free again, or an HTTP request's outcome (no call): only with lanes
                 lanes = self.lanes
-                assert lanes is not None
-                if kind == self.native.HTTP:
+                if lanes is not None and kind == self.native.HTTP:
                     lanes.http_outcome(payload)
-                elif kind == self.native.LANE_FREE:
+                elif lanes is not None and kind == self.native.LANE_FREE:
                     lanes.freed(payload)  # UNREADABLE: its call was ended natively
                 continue
             try:
