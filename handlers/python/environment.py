@@ -25,6 +25,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,21 +127,31 @@ def _unpacked(archive: Path, cache_dir: Path) -> Path:
     destination = cache_dir / f"env-{digest.hexdigest()[:40]}"
     if destination.is_dir():
         return destination
-    staging = cache_dir / f".{destination.name}.{os.getpid()}.{threading.get_ident()}.partial"
+    try:
+        _made_once(destination, lambda staging: unpack_checked(archive, staging))
+    except (OSError, tarfile.TarError) as exc:
+        raise ModelLoadError(f"cannot unpack the Python execution env {archive}: {exc}") from None
+    logger.info("unpacked the Python execution env %s into %s", archive, destination)
+    return destination
+
+
+def _made_once(destination: Path, make: Callable[[Path], None]) -> Path:
+    """``destination``, made by ``make`` into a private staging folder and renamed into place (atomic: a reader sees
+    all of it or none) unless it exists; another server making it meanwhile is no error."""
+    if destination.is_dir():
+        return destination
+    staging = destination.parent / f".{destination.name}.{os.getpid()}.{threading.get_ident()}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(mode=0o700)
     try:
-        unpack_checked(archive, staging)
+        make(staging)
         try:
-            staging.rename(destination)  # atomic: a reader sees the whole environment or none
+            staging.rename(destination)
         except OSError:
-            if not destination.is_dir():  # not another server that unpacked it meanwhile
+            if not destination.is_dir():
                 raise
-    except (OSError, tarfile.TarError) as exc:
-        raise ModelLoadError(f"cannot unpack the Python execution env {archive}: {exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    logger.info("unpacked the Python execution env %s into %s", archive, destination)
     return destination
 
 
@@ -208,21 +219,12 @@ def _worker_code(cache_dir: Path) -> Path:
     sources = {"handlers": Path(handlers.__file__).parent, "runtime": Path(runtime.__file__).parent,
                "triton_python_backend_utils.py": Path(triton_python_backend_utils.__file__)}
     key = hashlib.sha256("\0".join(str(source.resolve()) for source in sources.values()).encode()).hexdigest()[:16]
-    folder = cache_dir / f"worker-code-{key}"
-    if folder.is_dir():
-        return folder
-    staging = cache_dir / f".{folder.name}.{os.getpid()}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(mode=0o700)
-    for name, source in sources.items():
-        (staging / name).symlink_to(source.resolve())
-    try:
-        staging.rename(folder)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-        if not folder.is_dir():
-            raise
-    return folder
+
+    def link(staging: Path) -> None:
+        for name, source in sources.items():
+            (staging / name).symlink_to(source.resolve())
+
+    return _made_once(cache_dir / f"worker-code-{key}", link)
 
 
 def _checked(root: Path, named: Path, code_path: Path) -> PythonEnvironment:

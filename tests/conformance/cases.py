@@ -474,14 +474,19 @@ def grpc_add_sub(model: str = "add_sub", version: str = "", raw: bool = True, a=
             tensor_message.contents.int_contents.extend(int(v) for v in values)
     for name in outputs:
         request.outputs.add(name=name)
-    for key, value in (parameters or {}).items():
+    set_parameters(request, parameters or {})
+    return request
+
+
+def set_parameters(request: service_pb2.ModelInferRequest, parameters: dict) -> None:
+    """``parameters`` into the request's map, each in the field of its type."""
+    for key, value in parameters.items():
         if isinstance(value, bool):
             request.parameters[key].bool_param = value
         elif isinstance(value, int):
             request.parameters[key].int64_param = value
         else:
             request.parameters[key].string_param = value
-    return request
 
 
 def grpc_classify(count: int | str) -> service_pb2.ModelInferRequest:
@@ -578,13 +583,7 @@ def grpc_probe(what: str, parameters: dict) -> service_pb2.ModelInferRequest:
     request = service_pb2.ModelInferRequest(model_name="probe")
     request.inputs.add(name="WHAT", datatype="BYTES", shape=[1])
     request.raw_input_contents.append(bytes_tensor([what.encode()]))
-    for key, value in parameters.items():
-        if isinstance(value, bool):
-            request.parameters[key].bool_param = value
-        elif isinstance(value, int):
-            request.parameters[key].int64_param = value
-        else:
-            request.parameters[key].string_param = value
+    set_parameters(request, parameters)
     return request
 
 
