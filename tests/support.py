@@ -92,9 +92,9 @@ class ServerProcess:
     def start(self, wait_ready: bool = True, timeout: float = 60.0, new_session: bool = False,
               cwd: Path = ROOT) -> ServerProcess:
         """Start it (``new_session``: as its own process group, to signal the whole group)."""
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(self.command(), cwd=cwd, env=self.env, stdout=self._log, stderr=self._log,
-                                        start_new_session=new_session)
+        with open(self.log_path, "wb") as log:  # the child writes through its own copy of the descriptor
+            self.process = subprocess.Popen(self.command(), cwd=cwd, env=self.env, stdout=log, stderr=log,
+                                            start_new_session=new_session)
         if wait_ready:
             self.wait_for("/v2/health/ready", timeout)
         return self
@@ -155,7 +155,6 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait()
-        self._log.close()
         return code
 
     def __enter__(self) -> ServerProcess:

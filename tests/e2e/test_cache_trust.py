@@ -3,6 +3,7 @@ deadline bounds the whole sync, listing included."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -117,7 +118,8 @@ class BlackHole:
         self.server.listen(64)
         self.port = self.server.getsockname()[1]
         self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
 
     def _accept(self) -> None:
         while True:
@@ -127,6 +129,9 @@ class BlackHole:
                 return
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        self._accepting.join(5)
         self.server.close()
         for connection in self.held:
             connection.close()

@@ -39,12 +39,17 @@ def server(request, tmp_path_factory):
                        "--openai-restricted-api", f"model-repository,health,metrics admin-key {ADMIN_SECRET}",
                        "--max-tool-call-parse-bytes", "64", *MODES[request.param]) as process:
         process.marker = marker
+        process.clients = []
         yield process
+        for client in process.clients:
+            client.close()
 
 
 def _client(server, **headers: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"http://{server.http_url}/v1", api_key="unused", max_retries=0,
-                         default_headers=headers)
+    client = openai.OpenAI(base_url=f"http://{server.http_url}/v1", api_key="unused", max_retries=0,
+                           default_headers=headers)
+    server.clients.append(client)  # closed with the server
+    return client
 
 
 def test_each_group_answers_only_with_its_header(server):

@@ -72,7 +72,8 @@ def test_a_client_that_stops_reading_is_cut_off_at_the_send_timeout(tmp_path, mo
     with _serve(tmp_path, "  send_timeout_seconds: 2\n", mode) as server:
         stalled = _ask_and_stall(server.http_port)
         time.sleep(6)  # two seconds without taking a chunk: the server gives up on it
-        received, closed = _read_all(stalled, timeout=10)
+        with stalled:
+            received, closed = _read_all(stalled, timeout=10)
         assert closed and received < ANSWER_MB << 20  # the connection ended before the answer did
         assert "stopped reading its" in server.log() and "cut off after 2s" in server.log()
         answer = httpx.post(f"http://{server.http_url}/v2/models/large/infer", content=BODY, timeout=30,
@@ -91,4 +92,6 @@ def test_stalled_readers_make_room_for_new_answers_within_the_bound(tmp_path, mo
         assert answer.status_code == 200 and len(answer.content) > ANSWER_MB << 20
         assert "cut off to make room for other answers" in server.log()
         outcomes = [_read_all(client, timeout=10) for client in stalled]
+        for client in stalled:
+            client.close()
         assert any(closed and received < ANSWER_MB << 20 for received, closed in outcomes)  # one was cut off

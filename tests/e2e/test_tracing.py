@@ -226,6 +226,7 @@ def test_opentelemetry_mode_exports_spans_continuing_the_client_context(reposito
         # the batch span processor sends what it holds when the server shuts down
     finally:
         receiver.shutdown()
+        receiver.server_close()
     spans = {span.name: span for span in receiver.spans}
     assert sorted(spans) == ["InferRequest", "batched", "compute", "double", "pipeline"]
     assert len(receiver.spans) == 6  # one top-level span, three model spans, a compute span per composing model
