@@ -147,3 +147,14 @@ def test_what_the_reader_refuses(message):
 def test_a_lone_surrogate_pickle_writes_is_refused_not_misread():
     """Python's pickler writes a lone surrogate (surrogatepass): refused here, so the lane gives the request back."""
     assert _read(pickle.dumps(("ok", "\ud800"), PROTOCOL)) == (False, None)
+
+
+def test_the_lane_writes_the_workers_own_constants():
+    """The places and markers the lane writes into a batch message (native_lane_request.h) are the Python worker's:
+    a change on one side without the other fails here, not in an end-to-end test."""
+    from handlers.python.transport import INLINE, INLINE_MAX_BYTES, REQUEST_INPUT
+    from runtime.direct_path import DIRECT_EXECUTION
+
+    edge = importlib.import_module("runtime.grpc._native_edge")
+    assert (edge.WORKER_INLINE_MAX_BYTES, edge.WORKER_INLINE, edge.WORKER_REQUEST_INPUT,
+            edge.WORKER_DIRECT_EXECUTION) == (INLINE_MAX_BYTES, INLINE, REQUEST_INPUT, DIRECT_EXECUTION)

@@ -326,6 +326,11 @@ PYBIND11_MODULE(_native_edge, module) {
   module.attr("LANE_FREE") = static_cast<int>(kLaneFree);
   module.attr("HTTP") = static_cast<int>(kHttp);
   module.attr("UNREADABLE") = static_cast<int>(native_edge::kUnreadable);
+  // what the lane writes of the Python worker's wire, read back by a test against the Python side's constants
+  module.attr("WORKER_INLINE_MAX_BYTES") = native_lane::kInlineMaxBytes;
+  module.attr("WORKER_INLINE") = native_lane::kInline;
+  module.attr("WORKER_REQUEST_INPUT") = native_lane::kRequestInput;
+  module.attr("WORKER_DIRECT_EXECUTION") = native_lane::kDirectExecution;
   module.attr("GRPC_VERSION") = grpc::Version();
   module.def(
       "infer_response_bytes",

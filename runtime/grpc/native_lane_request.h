@@ -34,8 +34,9 @@ struct LaneSpec {
 };
 
 constexpr size_t kInlineMaxBytes = 16 * 1024;  // transport.py's INLINE_MAX_BYTES
-constexpr int64_t kInline = -1, kRequestInput = -2;  // runtime/direct_path.py's DIRECT_INLINE, DIRECT_REQUEST_INPUT
-constexpr int64_t kDirectExecution = -1;             // ... and DIRECT_EXECUTION
+constexpr int64_t kInline = -1, kRequestInput = -2;  // transport.py's INLINE, REQUEST_INPUT
+constexpr int64_t kDirectExecution = -1;             // runtime/direct_path.py's DIRECT_EXECUTION
+// (the module exports all four as WORKER_*: tests/test_native_pickle.py holds them to Python's)
 constexpr size_t kAlignment = 64;
 constexpr size_t kNotPlaced = SIZE_MAX;
 
