@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import re2
-
 from runtime.errors import InvalidArgument
 
 # Triton's kReservedParameterKeys (src/common.h; tritonclient refuses them as parameters on its side)
@@ -27,6 +25,8 @@ _CASE_INSENSITIVE = "(?i)"  # what Triton's parser puts before the flag's patter
 def check_forward_pattern(pattern: str) -> str:
     """``pattern`` if RE2 compiles it as Triton would, else ValueError with RE2's reason."""
     if pattern:
+        import re2  # only where a pattern is given: every start imports this module
+
         try:
             re2.compile(_CASE_INSENSITIVE + pattern)
         except re2.error as exc:
@@ -38,6 +38,8 @@ class HeaderForward:
     """The parameters a request's headers give under one forward pattern."""
 
     def __init__(self, pattern: str) -> None:
+        import re2  # only where a pattern is given: every start imports this module
+
         self.pattern = pattern
         self._regex = re2.compile(_CASE_INSENSITIVE + pattern)
 
