@@ -141,6 +141,7 @@ class NativeGrpcServer:
         cut_off = False
         if lanes is not None and deadline_check is not None:
             await lanes.quiet(max(0.0, grace - (time.monotonic() - started)))
+            self._take_events()  # an outcome the edge holds but the loop's reader has not taken yet
             deadline_check.cancel()
             cut_off = busy_at_deadline or lanes.busy()  # busy now: the deadline had not come, or it ran past
             lanes.close()

@@ -29,7 +29,7 @@ from typing import Any, cast
 from runtime.api import InferenceApi
 from runtime.datatypes import wire_dtype
 from runtime.direct_path import SERVE_AGAIN, DirectModel, LaneAnswer, LaneRequest
-from runtime.errors import InternalError, ServingError, Status
+from runtime.errors import InternalError, ServingError, Status, Unavailable
 from runtime.grpc.codec import encode_infer_response
 from runtime.grpc.service import GRPC_STATUS, MAX_DETAILS_BYTES, details
 from runtime.types import InferRequest, InferResponse, RequestedOutput
@@ -79,22 +79,29 @@ class NativeLanes:
             self._retire(name)
 
     async def quiet(self, timeout: float) -> None:
-        """Once no lane serves a request, or ``timeout`` seconds on: an HTTP request a lane serves is not one of the
-        edge's calls, which its shutdown waits for."""
+        """Once every HTTP request a lane took has its outcome, or ``timeout`` seconds on: such a request is not one
+        of the edge's calls, which its shutdown waits for. Its outcome, not the lane's busy flag, is waited for: a
+        lane is free again just before it hands the outcome over, which the loop still has to take."""
         deadline = time.monotonic() + timeout
-        while self._http and any(entry.lane.busy for entry in self.retired.values()) and time.monotonic() < deadline:
+        while self._http and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
     def busy(self) -> bool:
-        """Whether a lane is serving a request now (one the core's drain cannot see)."""
-        return any(entry.lane.busy for entry in (*self.open.values(), *self.retired.values()))
+        """Whether a lane is serving a request now, or an HTTP request it took awaits its outcome (the core's drain
+        sees neither)."""
+        return bool(self._http) or any(entry.lane.busy for entry in (*self.open.values(), *self.retired.values()))
 
     def close(self) -> None:
-        """After the edge has shut down: every lane's socket closed, its thread ended."""
+        """After the edge has shut down: every lane's socket closed, its thread ended, and an HTTP request still
+        without its outcome (cut off at the deadline) ended as the core's cut off requests are."""
         self.stop()
         for entry in self.retired.values():
             self._end(entry)
         self.retired.clear()
+        for request in self._http.values():
+            if not request.future.done():
+                request.future.set_result(Unavailable("the server is shutting down"))
+        self._http.clear()
 
     def _tick(self) -> None:
         try:
