@@ -350,6 +350,45 @@ PYBIND11_MODULE(_native_edge, module) {
       "(read, value): what the lane's reader of the worker's answers (native_pickle.h) makes of a pickled message, "
       "for the tests that hold it to Python's pickle.");
   module.def(
+      "lane_batch_message",
+      [](const std::string& model, const std::string& version,
+         const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>, size_t>>& inputs,
+         const std::vector<std::string>& outputs, int64_t max_batch_size, size_t buffer_size, int64_t buffer_segment,
+         int64_t batch_id, const std::string& request_model, const std::string& request_version,
+         const std::string& request_id,
+         const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>, py::bytes>>& request_inputs,
+         const std::vector<std::string>& request_outputs) -> py::object {
+        native_lane::LaneSpec spec{model, version, {}, outputs, max_batch_size, buffer_segment, 0, {}, 0};
+        for (const auto& [name, datatype, dims, element_size] : inputs) {
+          spec.inputs.push_back({name, datatype, dims, element_size});
+        }
+        native_wire::PlainInferRequest request;
+        request.model_name = request_model;
+        request.model_version = request_version;
+        request.id = request_id;
+        std::string body;  // the inputs' bytes one after another, as a request's body holds them
+        std::vector<std::pair<size_t, size_t>> raws;
+        for (const auto& [name, datatype, shape, data] : request_inputs) {
+          request.inputs.push_back({name, datatype, shape});
+          std::string_view bytes = data;
+          raws.emplace_back(body.size(), bytes.size());
+          body.append(bytes);
+        }
+        for (const auto& name : request_outputs) request.outputs.push_back(name);
+        if (!native_lane::Accepts(spec, buffer_size, request, raws)) return py::none();
+        native_wire::Pieces pieces;
+        pieces.Add(body.data(), body.size());
+        std::string buffer(buffer_size, '\0');
+        std::vector<std::pair<size_t, size_t>> placed;
+        std::string message = native_lane::BatchMessage(spec, batch_id, request, pieces, raws, buffer.data(), &placed);
+        return py::make_tuple(py::bytes(message), py::bytes(buffer));
+      },
+      "(framed message, buffer) a lane writes for a request, or None where it declines it (native_lane_request.h's "
+      "Accepts and BatchMessage), for the tests that hold them to the worker's reader and runtime/validation.py.");
+  module.def(
+      "lane_cancel_message", [](int64_t batch_id) { return py::bytes(native_lane::CancelMessage(batch_id)); },
+      "The framed message a lane writes to cancel batch ``batch_id``'s request (native_lane_request.h).");
+  module.def(
       "plain_form",
       [](const py::bytes& message, uint32_t field) {
         std::string_view bytes = message;

@@ -154,14 +154,7 @@ class Lane {
   void Cancel(const void* call) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!pending_ || pending_call_ != call) return;
-    native_pickle::Writer message;
-    message.Mark();
-    message.Str("cancel");
-    message.Mark();
-    message.Int(-pending_batch_);  // the request's key
-    message.EndTuple();
-    message.EndTuple();
-    WriteAll(message.Framed());
+    WriteAll(CancelMessage(pending_batch_));
   }
 
   // grpc's thread: serve ``request`` (its raw contents at ``raws`` in ``pieces``; ``original``: the message) here;

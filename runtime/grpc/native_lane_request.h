@@ -39,6 +39,9 @@ constexpr int64_t kDirectExecution = -1;             // runtime/direct_path.py's
 // (the module exports all four as WORKER_*: tests/test_native_pickle.py holds them to Python's)
 constexpr size_t kAlignment = 64;
 constexpr size_t kNotPlaced = SIZE_MAX;
+// What a batch's message may carry (the request's id, names and inline inputs): far below the frame's 2 GiB, so that
+// its length is never wrapped; a request past it is left to the core.
+constexpr size_t kMaxMessageBytes = size_t{64} << 20;
 
 // Whether the lane can serve ``request`` exactly as the core would: the model's inputs, each once, of its
 // datatypes and shapes, with as many bytes as those say; outputs the config names; room in the buffer.
@@ -82,6 +85,12 @@ inline bool Accepts(const LaneSpec& lane, size_t buffer_size, const native_wire:
     if (raws[i].second > kInlineMaxBytes) placed += (raws[i].second + kAlignment - 1) / kAlignment * kAlignment;
   }
   if (placed > buffer_size) return false;
+  size_t carried = request.id.size();  // each term bounded by the request's own size: the sum cannot wrap
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    carried += request.inputs[i].name.size() + (raws[i].second <= kInlineMaxBytes ? raws[i].second : 0);
+  }
+  for (const auto& name : request.outputs) carried += name.size();
+  if (carried > kMaxMessageBytes) return false;
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     bool known = false;
     for (const auto& output : lane.outputs) known = known || output == request.outputs[i];
@@ -155,6 +164,19 @@ inline std::string BatchMessage(const LaneSpec& lane, int64_t batch_id, const na
   message.EndTuple();
   message.Appends();
   message.Bool(false);
+  message.EndTuple();
+  return message.Framed();
+}
+
+// The message telling the worker that batch ``batch_id``'s request was cancelled, as the supervisor's send_cancel
+// writes one (its key, as BatchMessage gave it), framed.
+inline std::string CancelMessage(int64_t batch_id) {
+  native_pickle::Writer message;
+  message.Mark();
+  message.Str("cancel");
+  message.Mark();
+  message.Int(-batch_id);
+  message.EndTuple();
   message.EndTuple();
   return message.Framed();
 }

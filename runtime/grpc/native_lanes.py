@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from runtime.api import InferenceApi
+from runtime.config.spec import ModelSpec
 from runtime.datatypes import wire_dtype
 from runtime.direct_path import SERVE_AGAIN, DirectModel, LaneAnswer, LaneRequest
 from runtime.errors import InternalError, ServingError, Status, Unavailable
@@ -39,6 +40,12 @@ logger = logging.getLogger(__name__)
 RECONCILE_SECONDS = 0.25
 STOP_WAIT_SECONDS = 30.0  # a lane stopped before its worker stops: how long its call under way may take
 STATUS_CODES = [(status.value, GRPC_STATUS.get(status, GRPC_STATUS[Status.INTERNAL]).value[0]) for status in Status]
+
+
+def lane_inputs(spec: ModelSpec) -> list[tuple[str, str, list[int], int]]:
+    """A model's inputs as its lane takes them: name, datatype, dims (-1: any size), bytes an element (the core
+    offers no model with BYTES inputs)."""
+    return [(t.name, t.datatype, list(t.dims), wire_dtype(t.datatype).itemsize) for t in spec.inputs]
 
 
 @dataclass
@@ -141,8 +148,7 @@ class NativeLanes:
     def _open(self, model: DirectModel) -> None:
         spec, channel = model.spec, model.channel
         lane = self.native.Lane(
-            model=spec.name, version=str(model.version),
-            inputs=[(t.name, t.datatype, list(t.dims), wire_dtype(t.datatype).itemsize) for t in spec.inputs],
+            model=spec.name, version=str(model.version), inputs=lane_inputs(spec),
             outputs=[t.name for t in spec.outputs], max_batch_size=spec.max_batch_size,
             timeout_s=channel.execute_timeout, status_codes=STATUS_CODES, max_details=MAX_DETAILS_BYTES,
             socket_fd=channel.socket_fd, buffer_fd=channel.buffer_fd, buffer_size=channel.buffer_size,

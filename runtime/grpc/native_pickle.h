@@ -39,13 +39,17 @@ class Writer {
       for (int i = 0; i < 8; ++i) out_ += static_cast<char>(bits >> (8 * i));
     }
   }
+  // A length past 4 GiB takes the 8-byte form (a string or bytes of any size is written whole).
   void Str(std::string_view text) {
     if (text.size() < 256) {
       out_ += '\x8c';
       out_ += static_cast<char>(text.size());
-    } else {
+    } else if (text.size() <= UINT32_MAX) {
       out_ += 'X';
       Put32(static_cast<uint32_t>(text.size()));
+    } else {
+      out_ += '\x8d';  // BINUNICODE8
+      Put64(text.size());
     }
     out_.append(text.data(), text.size());
   }
@@ -53,9 +57,12 @@ class Writer {
     if (size < 256) {
       out_ += 'C';
       out_ += static_cast<char>(size);
-    } else {
+    } else if (size <= UINT32_MAX) {
       out_ += 'B';
       Put32(static_cast<uint32_t>(size));
+    } else {
+      out_ += '\x8e';  // BINBYTES8
+      Put64(size);
     }
     out_.append(data, size);
   }
@@ -77,6 +84,9 @@ class Writer {
  private:
   void Put32(uint32_t value) {
     for (int i = 0; i < 4; ++i) out_ += static_cast<char>(value >> (8 * i));
+  }
+  void Put64(uint64_t value) {
+    for (int i = 0; i < 8; ++i) out_ += static_cast<char>(value >> (8 * i));
   }
   std::string out_;
 };
