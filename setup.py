@@ -1,6 +1,8 @@
-"""The native gRPC edge (``runtime/grpc/native_edge.cc``), built against the system's libgrpc++ where pkg-config
-finds it (Debian and Ubuntu: ``libgrpc++-dev``). Without it the package installs all the same, and gRPC is served
-by grpcio (the server logs that it is). Everything else about the package is in pyproject.toml."""
+"""The native parts: the gRPC edge (``runtime/grpc/native_edge.cc``), built against the system's libgrpc++ where
+pkg-config finds it (Debian and Ubuntu: ``libgrpc++-dev``), and the JSON number arrays (``runtime/http/
+json_numbers.cc``, no library). Without either the package installs all the same: gRPC is then served by grpcio
+(the server logs that it is), JSON tensors are read and written by msgspec, more slowly. Everything else about the
+package is in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def grpcpp_flags() -> list[str] | None:
 
 
 class OptionalBuildExt(build_ext):
-    """A failed build of the edge leaves the package pure Python (served by grpcio) instead of failing the install."""
+    """A failed build of a native part leaves that part to Python instead of failing the install."""
 
     def build_extension(self, ext: Extension) -> None:
         try:
@@ -32,7 +34,7 @@ class OptionalBuildExt(build_ext):
             ext.include_dirs.append(pybind11.get_include())
             super().build_extension(ext)
         except Exception as error:  # noqa: BLE001 - any compiler or header failure: install without the edge
-            print(f"warning: the native gRPC edge was not built ({error}); gRPC will be served by grpcio")
+            print(f"warning: {ext.name} was not built ({error}); Python serves its part")
 
 
 def sanitizer_flags() -> list[str]:
@@ -44,12 +46,16 @@ def sanitizer_flags() -> list[str]:
 
 
 def extensions() -> list[Extension]:
+    sanitize = sanitizer_flags()
+    json_numbers = Extension(
+        "runtime.http._json_numbers", ["runtime/http/json_numbers.cc"], language="c++",
+        extra_compile_args=["-std=c++17", "-O1" if sanitize else "-O2", "-fvisibility=hidden", *sanitize],
+        extra_link_args=sanitize)
     flags = grpcpp_flags()
     if flags is None:
         print("warning: libgrpc++ not found (pkg-config grpc++): the native gRPC edge is not built")
-        return []
-    sanitize = sanitizer_flags()
-    return [Extension(
+        return [json_numbers]
+    return [json_numbers, Extension(
         "runtime.grpc._native_edge", ["runtime/grpc/native_edge.cc"],
         depends=sorted(str(header) for header in Path("runtime/grpc").glob("*.h")),
         libraries=["z"],  # native_inflate.h

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from bootstrap.settings_schema import SettingsError
 from runtime.extensions.tracing import TraceSettings, parse_trace_config
+from runtime.extras import missing_extra
 from runtime.openai.options import OpenAiOptions
 from runtime.openai.restrictions import OpenAiRestrictions
 from runtime.restricted_api import RestrictedApis
@@ -63,9 +64,13 @@ def openai_options(settings: FunctionSettings) -> OpenAiOptions:
 def trace_settings(settings: FunctionSettings) -> TraceSettings:
     """The trace settings at start (SettingsError naming what is wrong)."""
     try:
-        return parse_trace_config(settings.trace_config)
+        parsed = parse_trace_config(settings.trace_config)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+    missing = missing_extra("otel", "tracing mode 'opentelemetry'") if parsed.mode == "opentelemetry" else None
+    if missing is not None:
+        raise SettingsError(missing)
+    return parsed
 
 
 def rate_limit_resources(settings: FunctionSettings) -> dict[str, int] | None:

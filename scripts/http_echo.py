@@ -16,7 +16,7 @@ import json
 import sys
 from functools import partial
 
-import orjson
+import msgspec
 import uvloop
 from starlette.types import Receive, Scope, Send
 
@@ -51,7 +51,7 @@ async def echo(scope: Scope, receive: Receive, send: Send) -> None:
                         "shape": tensor["shape"], "parameters": {"binary_data_size": length}})
         parts.append(memoryview(body)[offset:offset + length])
         offset += length
-    header = orjson.dumps({"model_name": scope["path"].split("/")[3], "model_version": "1", "outputs": outputs})
+    header = msgspec.json.encode({"model_name": scope["path"].split("/")[3], "model_version": "1", "outputs": outputs})
     answer_headers = [(b"content-type", b"application/octet-stream"), (_HEADER_LENGTH, str(len(header)).encode())]
     await send_answer(send, 200, answer_headers, [header, *parts], _UNSENT)  # as ours answers: a large one in chunks
 

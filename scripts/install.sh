@@ -5,6 +5,7 @@
 #   scripts/install.sh VENV FLAVOR SOURCE
 #     VENV    where the virtual environment goes (created; must not exist yet)
 #     FLAVOR  cpu: ONNX Runtime + a CPU build of torch     gpu: onnxruntime-gpu + nvidia-ml-py + a CUDA build of torch
+#             (either with the otel and openai extras: the image serves every feature)
 #     SOURCE  the project's wheel file (what the image installs) or its source folder
 #   Environment: PYTHON (default python3); TORCH_INDEX_URL, where torch comes from (the image sets PyTorch's
 #   cpu or cu126 index; unset, pip's own configuration decides); PIP_NO_CACHE_DIR as pip reads it.
@@ -14,8 +15,8 @@ FLAVOR=${2:?usage: install.sh VENV cpu|gpu SOURCE}
 SOURCE=${3:?usage: install.sh VENV cpu|gpu SOURCE}
 TORCH_VERSION=2.13.0
 case "$FLAVOR" in
-  cpu) EXTRAS=onnx ;;
-  gpu) EXTRAS=gpu ;;
+  cpu) EXTRAS=onnx,otel,openai ;;
+  gpu) EXTRAS=gpu,otel,openai ;;
   *) echo "install.sh: FLAVOR must be cpu or gpu, not '$FLAVOR'" >&2; exit 2 ;;
 esac
 if [ -e "$VENV" ]; then

@@ -43,7 +43,7 @@ def test_nesting_past_tritons_limit_is_refused_on_both_paths_and_many_rows_are_n
 
 @given(st.sampled_from(_INTEGER_TYPES), st.data())
 def test_the_fast_path_reads_every_integer_type_in_range(datatype, data):
-    """simdjson's buffers are int64 ('i'), uint64 ('u') or double ('d'): an integer array in range is read on the
+    """The fast path reads int64 ('i'), uint64 ('u') or double ('d'): an integer array in range is read on the
     fast path, and equals what the generic path makes of it."""
     dtype = np.dtype(datatype.lower())
     limits = np.iinfo(dtype)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import pickle
 import struct
 
@@ -32,6 +33,8 @@ from runtime.grpc.native_lanes import lane_inputs
 from runtime.types import InferRequest, InferTensor, RequestedOutput
 from runtime.validation import validate_request
 
+if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
+    raise RuntimeError("the native gRPC edge is not built (runtime/grpc/_native_edge): see scripts/setup.sh")
 pytestmark = pytest.mark.skipif(not NATIVE_EDGE_BUILT, reason="the native gRPC edge is not built (no libgrpc++)")
 
 CONFIGS = {

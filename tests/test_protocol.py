@@ -40,11 +40,13 @@ def test_the_classes_are_shared_whichever_is_imported_first():
 
 
 def test_start_up_imports_leave_out_what_is_loaded_on_demand():
-    """``bootstrap run``'s modules alone load neither the client package, gRPC, YAML, metrics, RE2, nor any
-    framework: each comes when a flag, a file, a scrape or a model asks for it."""
+    """``bootstrap run``'s modules alone load neither the client package, gRPC, YAML, metrics, RE2, the extras'
+    packages (runtime/extras.py), nor any framework: each comes when a flag, a file, a scrape or a model asks for
+    it."""
     probe = ("import sys, bootstrap.cli, runtime.server; "
              "print(sorted(m for m in ('tritonclient', 'grpc', 'yaml', 'prometheus_client', 'psutil', 'watchdog', "
-             "'onnx', 'onnxruntime', 'torch', 'boto3', 'tensorflow', 'openvino', 're2') if m in sys.modules))")
+             "'onnx', 'onnxruntime', 'torch', 'boto3', 'tensorflow', 'openvino', 're2', 'jinja2', 'tokenizers', "
+             "'opentelemetry') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"
 

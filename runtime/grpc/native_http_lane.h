@@ -29,7 +29,7 @@ struct HttpAnswer {
   std::unique_ptr<native_lane::HandBack> hand_back;
 };
 
-// ``text`` as a JSON string, escaped as orjson escapes it (quote, backslash, control characters; UTF-8 as is).
+// ``text`` as a JSON string, escaped as msgspec escapes it (quote, backslash, control characters; UTF-8 as is).
 inline void AppendJsonString(std::string_view text, std::string* out) {
   out->push_back('"');
   for (char c : text) {

@@ -252,7 +252,7 @@ def encode_infer_response(response: InferResponse,
     outputs: list[dict] = []
     chunks: list[bytes | memoryview] = []
     for tensor in response.outputs:
-        # the shape as it is: orjson writes a tuple as an array
+        # the shape as it is: msgspec writes a tuple as an array
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
         if tensor.in_shared_memory:  # written into the region the request named
             pass

@@ -1,50 +1,67 @@
 """Tensor data in JSON bodies, to and from numpy without a Python object per element.
 
-Numeric ``data`` arrays are parsed straight from the request's bytes into a preallocated numpy
-array (simdjson, in slices of about 1 MiB), and output arrays are written with orjson in slices:
-memory stays near the size of the JSON text plus the tensor, and no single call holds the GIL
-long enough to stall the event loop (health probes keep answering during a 64 MiB decode).
-Anything unusual (strings, booleans, empty nested lists, out-of-range numbers) takes the
-generic path, which gives the precise error.
+Numeric ``data`` arrays are parsed straight from the request's bytes into a preallocated numpy array, and output
+arrays written from theirs, by ``json_numbers.cc`` (in slices of about 1 MiB, the GIL released): memory stays near the
+size of the JSON text plus the tensor, and health probes keep answering during a 64 MiB decode. Everything else is
+msgspec's, the one JSON library: anything unusual in an array (strings, booleans, empty nested lists, out-of-range
+numbers) takes the generic path, which gives the precise error. Where the native part was not built, msgspec reads
+and writes the arrays too (the same values, 2-4x slower on large tensors).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
-import threading
-from typing import Literal
+from typing import Any, Literal
 
+import msgspec
 import numpy as np
-import orjson
-import simdjson
 
 from runtime.datatypes import MAX_JSON_NESTING_DEPTH, array_from_values, element_count, numpy_dtype
 from runtime.errors import InvalidArgument
 
+try:
+    json_numbers: Any = importlib.import_module("runtime.http._json_numbers")
+except ImportError:  # not built (setup.py): msgspec reads and writes the arrays
+    json_numbers = None
+
 _SLICE_BYTES = 1 << 20
-_OUTPUT_SLICE = 1 << 18  # elements per orjson call
+_NATIVE_MIN = 64  # elements: a shorter array is written by msgspec (scripts/bench_json_numbers.py)
 _CUT_OUT_BYTES = 1 << 16  # flat numeric arrays at least this long are cut out of the header before it is parsed
 _DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
 _FLAT_NUMBER_BYTES = b"0123456789 \t\n\r\x0b\x0c,.eE+-"  # all a flat array of numbers may hold between its brackets
-# buffer type simdjson fills, per datatype parsed on the fast path
-_BUFFER_TYPE: dict[str, Literal["d", "i", "u"]] = {  # simdjson's as_buffer types: int64, uint64, double
+# how the fast path reads each datatype's numbers: as int64, uint64 or double, then cast (in range) to the datatype
+_BUFFER_TYPE: dict[str, Literal["d", "i", "u"]] = {
     "INT8": "i", "INT16": "i", "INT32": "i", "INT64": "i",
     "UINT8": "u", "UINT16": "u", "UINT32": "u", "UINT64": "u",
     "FP16": "d", "FP32": "d", "FP64": "d",
 }
-_parsers = threading.local()
+_PARSED_AS = {"d": np.dtype(np.float64), "i": np.dtype(np.int64), "u": np.dtype(np.uint64)}
+_decoders = {kind: msgspec.json.Decoder(list[float] if kind == "d" else list[int]) for kind in _PARSED_AS}
+_encoder = msgspec.json.Encoder()
 
 
 class NotFast(Exception):
     """The fast path does not apply: decode generically."""
 
 
-def _parser() -> simdjson.Parser:
-    parser = getattr(_parsers, "parser", None)
-    if parser is None:
-        parser = _parsers.parser = simdjson.Parser()
-    return parser
+def _parse_piece(piece: memoryview, kind: Literal["d", "i", "u"], room: int) -> np.ndarray:
+    """The numbers of one slice of an array's inside, as ``kind``'s numpy type; NotFast for anything else."""
+    if json_numbers is not None:
+        values = np.empty(min(room, len(piece) // 2 + 1), _PARSED_AS[kind])  # n numbers take at least 2n - 1 bytes
+        count = json_numbers.parse(piece, values, kind)
+        if count < 0:
+            raise NotFast
+        return values[:count]
+    try:
+        parsed = _decoders[kind].decode(b"[" + piece + b"]")
+    except msgspec.MsgspecError:
+        raise NotFast from None
+    try:
+        return np.array(parsed, _PARSED_AS[kind])
+    except OverflowError:
+        raise NotFast from None
 
 
 def _number_slices(data: bytes, start: int, end: int):
@@ -61,7 +78,7 @@ def _number_slices(data: bytes, start: int, end: int):
 
 def parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int) -> np.ndarray:
     """Fill an array of ``count`` elements from the JSON array of numbers ``data[start:end]`` (nested lists
-    flatten row-major).  Raises NotFast (or a simdjson error) for anything that is not plainly numbers in range.
+    flatten row-major).  Raises NotFast for anything that is not plainly numbers in range.
     """
     if data[start : start + 1] != b"[" or data[end - 1 : end] != b"]":
         raise NotFast
@@ -74,17 +91,11 @@ def parse_numbers(data: bytes, start: int, end: int, datatype: str, count: int) 
         raise NotFast
     dtype = numpy_dtype(datatype)
     out = np.empty(count, dtype=dtype)
-    buffer_type = _BUFFER_TYPE[datatype]
-    parsed_as = {"d": np.float64, "i": np.int64, "u": np.uint64}[buffer_type]
+    kind = _BUFFER_TYPE[datatype]
     limits = np.iinfo(dtype) if dtype.kind in "iu" else None
-    parser = _parser()
     filled = 0
     for piece in _number_slices(data, start + 1, end - 1):
-        document = parser.parse(b"[" + piece + b"]")
-        if not isinstance(document, simdjson.Array):
-            raise NotFast
-        values = np.frombuffer(document.as_buffer(of_type=buffer_type), dtype=parsed_as)
-        del document  # the parser is reused: nothing may still refer to its last document
+        values = _parse_piece(piece, kind, count - filled + 1)  # one more than room: too many is seen
         if filled + len(values) > count:
             raise NotFast
         if limits is not None and len(values) and (values.min() < limits.min or values.max() > limits.max):
@@ -152,34 +163,35 @@ def array_from_json(datatype: str, shape: tuple[int, ...], data: bytes, start: i
     if datatype in _BUFFER_TYPE:
         try:
             return parse_numbers(data, start, end, datatype, count).reshape(shape)
-        except (NotFast, ValueError, TypeError, RuntimeError, OverflowError):
+        except NotFast:
             pass  # the generic path decides, with the precise error
     try:
-        values = orjson.loads(memoryview(data)[start:end])
-    except orjson.JSONDecodeError as exc:
+        values = msgspec.json.decode(memoryview(data)[start:end])
+    except msgspec.DecodeError as exc:
         raise InvalidArgument(f"tensor data is not valid JSON: {exc}") from None
     return array_from_values(datatype, shape, values)
 
 
 def _numbers_json(array: np.ndarray) -> bytes:
-    """``[v, v, ...]`` for a numeric array, written in slices (doubles as Python prints them)."""
+    """``[v, v, ...]`` for a numeric or boolean array (floats as their doubles, as msgspec writes them): natively
+    past ``_NATIVE_MIN`` elements (the GIL released meanwhile), else by msgspec, which writes a few values sooner."""
     flat = array.reshape(-1)
-    if flat.dtype.kind == "f":
+    if flat.dtype.kind == "f" and flat.dtype != np.float32:
         flat = flat.astype(np.float64)  # float32 prints as its exact double, as Triton and json do
-    pieces = [orjson.dumps(np.ascontiguousarray(flat[i : i + _OUTPUT_SLICE]), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-              for i in range(0, len(flat), _OUTPUT_SLICE)]
-    return b"[" + b",".join(pieces) + b"]"
+    if json_numbers is None or len(flat) < _NATIVE_MIN:
+        return _encoder.encode(flat.astype(np.float64).tolist() if flat.dtype.kind == "f" else flat.tolist())
+    return json_numbers.format(np.ascontiguousarray(flat))
 
 
-def json_fragment(array: np.ndarray, datatype: str) -> orjson.Fragment:
+def json_fragment(array: np.ndarray, datatype: str) -> msgspec.Raw:
     """An output tensor's flat ``data`` as pre-encoded JSON, ready to embed in a message."""
     if datatype == "BYTES":
         values = [item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
                   for item in array.reshape(-1)]
-        return orjson.Fragment(orjson.dumps(values))
-    return orjson.Fragment(_numbers_json(array))
+        return msgspec.Raw(_encoder.encode(values))
+    return msgspec.Raw(_numbers_json(array))
 
 
 def dumps(message: object) -> bytes:
     """Compact JSON of a message that may embed fragments."""
-    return orjson.dumps(message)
+    return _encoder.encode(message)

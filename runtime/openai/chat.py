@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 from runtime.errors import InvalidArgument
+from runtime.extras import require_extra
 
 logger = logging.getLogger(__name__)
 PYTHON_TAG = "<|python_tag|>"
@@ -43,6 +44,7 @@ def render_chat(template: str | None, model: str, messages: list[dict], tools: l
     if not template:
         raise InvalidArgument(f"model '{model}' has no chat template: give one in its config (parameter "
                               "openai.chat_template) or a tokenizer_config.json with 'chat_template' in its folder")
+    require_extra("openai", "a chat template")
     from jinja2.exceptions import TemplateError
 
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import InvalidArgument
+from runtime.extras import require_extra
 
 PREFIX = "openai."
 # OpenAI's sampling fields and the input each goes to by default (TensorRT-LLM's names, as Triton's frontend sends).
@@ -85,6 +86,7 @@ class LlmModel:
             return None
         with self._lock:
             if self._tokenizer is None:
+                require_extra("openai", "counting tokens with the model's tokenizer")
                 from tokenizers import Tokenizer
 
                 self._tokenizer = Tokenizer.from_file(str(self.tokenizer_path))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import orjson
+import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.restricted_api import Restriction
@@ -78,7 +78,7 @@ class OpenAiRestrictionMiddleware:
             wanted = restriction.key.lower().encode("latin-1")
             given = next((value for key, value in scope["headers"] if key == wanted), None)
             if given != restriction.value.encode("latin-1"):
-                body = orjson.dumps({"error": {
+                body = msgspec.json.encode({"error": {
                     "message": f"This API is restricted, expecting header '{restriction.key}' with valid value",
                     "type": "authentication_error", "code": "invalid_auth"}})
                 await send({"type": "http.response.start", "status": 401,
