@@ -22,6 +22,7 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -67,16 +68,26 @@ def give_back_free_memory() -> None:
 
 
 async def keep_giving_back_free_memory(interval: float = TRIM_CHECK_SECONDS,
-                                       threshold: int = FREE_HELD_TRIM_BYTES) -> None:
+                                       threshold: int = FREE_HELD_TRIM_BYTES,
+                                       last_activity: Callable[[], float] | None = None) -> None:
     """Until cancelled: every ``interval``, off the loop, give back glibc's freed memory where it holds
-    ``threshold`` bytes or more."""
+    ``threshold`` bytes or more. With ``last_activity`` (when the server last served a request), a look that found
+    nothing to give back is not made again until the server has served since: an idle server is not woken for it
+    (a look costs a thread's wake-up)."""
     if free_held_bytes() is None:
         return
+    looked_after = None  # the activity the last look followed, where it found nothing to give back
     while True:
         await asyncio.sleep(interval)
+        activity = last_activity() if last_activity is not None else None
+        if activity is not None and activity == looked_after:
+            continue
         held = await asyncio.to_thread(free_held_bytes)
         if held is not None and held >= threshold:
             await asyncio.to_thread(give_back_free_memory)
+            looked_after = None  # look once more: the next may find what was still held
+        else:
+            looked_after = activity
 
 
 def tune_allocator() -> bool:

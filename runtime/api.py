@@ -9,7 +9,7 @@ both services satisfy it, signature by signature.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol
 
 from runtime.direct_path import DirectModel
@@ -59,6 +59,8 @@ class InferenceApi(Protocol):
 
     # the direct path (runtime/direct_path.py): what a front end may serve past the core, in this process only
     def direct_models(self) -> list[DirectModel]: ...
+    # ``changed`` is called (in any thread) where direct_models() may answer otherwise now; how to stop
+    def watch_direct_offer(self, changed: Callable[[], None]) -> Callable[[], None]: ...
     def note_activity(self) -> None: ...
     def direct_response(self, request: InferRequest, outputs: ModelOutputs) -> InferResponse: ...
 
@@ -67,6 +69,6 @@ API_METHODS = frozenset(name for name, value in vars(InferenceApi).items()
                         if callable(value) and not name.startswith("_"))
 # What only the process serving a request does: a front end receives requests into its own memory, and serves
 # none past the owner's core.
-LOCAL_CALLS = frozenset({"tensor_buffer", "direct_models", "note_activity", "direct_response"})
+LOCAL_CALLS = frozenset({"tensor_buffer", "direct_models", "watch_direct_offer", "note_activity", "direct_response"})
 # What a front end asks the owner through its link's generic call (inference travels as messages of its own).
 REMOTE_CALLS = API_METHODS - {"infer", "infer_stream"} - LOCAL_CALLS

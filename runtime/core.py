@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,7 @@ class InferenceService:
         self.initial_load_done = False
         self.shutting_down = False
         self.last_activity = time.monotonic()
+        self._offer_watchers: list[Callable[[], None]] = []  # watch_direct_offer's
         self.in_flight = 0
         self.custom_metrics = CustomMetrics()
         self.log = ServerLog()  # the logging extension
@@ -104,6 +105,7 @@ class InferenceService:
             await self.on_demand.load_always_loaded()
             self.on_demand.start()
         self.initial_load_done = True
+        self._offer_changed()
 
     def begin_shutdown(self) -> None:
         """SIGTERM's drain began: readiness answers no from here on (and nothing more loads or unloads on
@@ -111,6 +113,7 @@ class InferenceService:
         self.shutting_down = True
         if self.on_demand is not None:
             self.on_demand.cancel()
+        self._offer_changed()
 
     def tensor_buffer(self, nbytes: int, aligned_at: int = 0) -> Any:
         """A writable buffer for ``nbytes`` of a request's tensors to be received into, in shared memory that a
@@ -245,17 +248,26 @@ class InferenceService:
         (key -> value, None clears) if any."""
         if changes is None:
             return self.tracer.settings(model)
-        return self.tracer.update(changes, model)
+        try:
+            return self.tracer.update(changes, model)
+        finally:
+            self._offer_changed()  # a lane serves no traced request
 
     # -- model control -----------------------------------------------------------
     def model_control_mode(self) -> str:
         return self.control.mode
 
     async def load_model(self, name: str, parameters: dict | None = None) -> None:
-        await self.control.load(name, parameters)
+        try:
+            await self.control.load(name, parameters)
+        finally:
+            self._offer_changed()
 
     async def unload_model(self, name: str, parameters: dict | None = None) -> None:
-        await self.control.unload(name, parameters)
+        try:
+            await self.control.unload(name, parameters)
+        finally:
+            self._offer_changed()
         if self.on_demand is not None:
             self.on_demand.forget(name)
 
@@ -315,6 +327,16 @@ class InferenceService:
         if self.shutting_down or not self.tracer.idle or self.on_demand is not None or self.latency_histograms:
             return []
         return direct_models(self.manager)
+
+    def watch_direct_offer(self, changed: Callable[[], None]) -> Callable[[], None]:
+        """``changed`` is called where direct_models() may answer otherwise now (tracing's settings changed, models
+        loaded or unloaded, the drain began); how to stop."""
+        self._offer_watchers.append(changed)
+        return lambda: self._offer_watchers.remove(changed) if changed in self._offer_watchers else None
+
+    def _offer_changed(self) -> None:
+        for changed in list(self._offer_watchers):
+            changed()
 
     def note_activity(self) -> None:
         """A front end served requests past the core (the idle timeout counts from the last)."""

@@ -148,7 +148,8 @@ class Server:
         # nothing is served before the listeners are up anyway.
         batching = batch_threads() if options.batch_scheduled_threads else None  # before any worker starts
         background = [asyncio.create_task(self._initial_load(stop, listening, after_load)),
-                      asyncio.create_task(keep_giving_back_free_memory())]  # a burst's memory goes back
+                      asyncio.create_task(keep_giving_back_free_memory(
+                          last_activity=lambda: self.service.last_activity))]  # a burst's memory goes back
         if batching is not None:
             background.append(batching)
         try:

@@ -28,5 +28,5 @@ def test_both_services_serve_the_whole_interface(service):
 
 def test_front_ends_forward_exactly_the_interface():
     assert CALLABLE == REMOTE_CALLS == API_METHODS - {"infer", "infer_stream", "tensor_buffer", "direct_models",
-                                                      "note_activity", "direct_response"}
+                                                      "watch_direct_offer", "note_activity", "direct_response"}
     assert {"live", "infer", "trace_settings", "load_model"} <= API_METHODS

@@ -227,6 +227,10 @@ class RemoteService:
         """None: a front end's requests travel to the owner's core (its workers are the owner's children)."""
         return []
 
+    def watch_direct_offer(self, changed: Callable[[], None]) -> Callable[[], None]:
+        """Nothing to watch: a front end is offered no direct path."""
+        return lambda: None
+
     def note_activity(self) -> None:
         """Nothing to note: a front end serves nothing past the owner."""
 

@@ -3,8 +3,9 @@
 event loop; the HTTP route hands them a lone request with binary tensors too (``runtime/http/lane_route.py``,
 ``native_http_lane.h``: :meth:`NativeLanes.take_http`), its outcome coming back as the edge's event.
 
-On the loop, every ``RECONCILE_SECONDS``, the open lanes follow what the core offers: a lane opens on each offered
-model's side door, and is retired where the model's version or worker changed or the model left the offer (unloaded,
+On the loop, every ``RECONCILE_SECONDS`` (up to ``IDLE_RECONCILE_SECONDS`` while nothing changes, and at once when
+the core says its offer changed), the open lanes follow what the core offers: a lane opens on each offered model's
+side door, and is retired where the model's version or worker changed or the model left the offer (unloaded,
 tracing turned on, the server shutting down); the handler also stops a lane itself before its worker stops (the
 door's closing hook). A lane takes a call only while it is the only ModelInfer call at the edge and the model's own
 queue is idle; while its call executes, the model's scheduler waits for it before running a batch (the edge tells
@@ -38,6 +39,7 @@ from runtime.types import InferRequest, InferResponse, RequestedOutput
 logger = logging.getLogger(__name__)
 
 RECONCILE_SECONDS = 0.25
+IDLE_RECONCILE_SECONDS = 2.0  # the longest between looks while nothing changes
 STOP_WAIT_SECONDS = 30.0  # a lane stopped before its worker stops: how long its call under way may take
 STATUS_CODES = [(status.value, GRPC_STATUS.get(status, GRPC_STATUS[Status.INTERNAL]).value[0]) for status in Status]
 
@@ -71,14 +73,18 @@ class NativeLanes:
         self.retired: dict[int, _OpenLane] = {}  # lane id -> a lane no longer taking calls, until it is quiet
         self._waiting: dict[int, list[asyncio.Future]] = {}  # lane id -> schedulers waiting for its instance
         self._timer: asyncio.Handle | None = None
+        self._interval = RECONCILE_SECONDS
+        self._stop_watching_offer: Callable[[], None] = lambda: None
         self._http: dict[int, LaneRequest] = {}  # token -> an HTTP request a lane serves
         self._tokens = itertools.count(1)
 
     def start(self) -> None:
         self._timer = self.loop.call_soon(self._tick)
+        self._stop_watching_offer = self.service.watch_direct_offer(self._offer_changed)
 
     def stop(self) -> None:
         """Take no more calls (those under way are answered: the edge's shutdown waits for them)."""
+        self._stop_watching_offer()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -110,17 +116,43 @@ class NativeLanes:
                 request.future.set_result(Unavailable("the server is shutting down"))
         self._http.clear()
 
-    def _tick(self) -> None:
+    def _offer_changed(self) -> None:
+        """The core says its offer may have changed (in any thread): the lanes follow at once (on the loop, before
+        the call that changed it returns)."""
         try:
-            self.reconcile()
+            here = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            here = False
+        if here:
+            self._tick_now()
+        else:
+            self.loop.call_soon_threadsafe(self._tick_now)
+
+    def _tick_now(self) -> None:
+        if self._timer is None:  # stopped
+            return
+        self._timer.cancel()
+        self._interval = RECONCILE_SECONDS
+        self._tick()
+
+    def _tick(self) -> None:
+        changed = True
+        try:
+            changed = self.reconcile()
         except Exception:  # noqa: BLE001 - the lanes stay as they were until the next tick
             logger.exception("unexpected error following the direct paths the core offers")
-        self._timer = self.loop.call_later(RECONCILE_SECONDS, self._tick)
+        # while nothing changes, the core's offer is looked at less and less often (up to IDLE_RECONCILE_SECONDS):
+        # what changes it (tracing's settings, a model loaded or unloaded, the drain) is told at once
+        # (watch_direct_offer), and a worker going away stops its lane itself
+        self._interval = RECONCILE_SECONDS if changed else min(self._interval * 2, IDLE_RECONCILE_SECONDS)
+        self._timer = self.loop.call_later(self._interval, self._tick)
 
-    def reconcile(self) -> None:
-        """Open and retire lanes to follow the core's offer; note the server active while lanes serve."""
+    def reconcile(self) -> bool:
+        """Open and retire lanes to follow the core's offer; note the server active while lanes serve. Whether
+        anything changed or served since the last look (or a request waits on a lane)."""
         offered = {model.spec.name: model for model in self.service.direct_models()}
-        active = False
+        before = (set(self.open), set(self.retired))
+        active = bool(self._http)
         for name, entry in list(self.open.items()):
             model = offered.get(name)
             if (model is None or model.channel is not entry.model.channel or model.version != entry.model.version
@@ -144,6 +176,7 @@ class NativeLanes:
                 del self.retired[lane_id]
         if active:
             self.service.note_activity()
+        return active or before != (set(self.open), set(self.retired))
 
     def _open(self, model: DirectModel) -> None:
         spec, channel = model.spec, model.channel

@@ -5,8 +5,9 @@ connections and accepts nothing more once the process's descriptors are gone.  U
 connections trickling their headers shut out a fresh health probe for as long as they liked.  So this watch, in
 each process that serves HTTP:
 
-- every ``INTERVAL`` seconds reads the TCP sockets in use (``/proc/net/sockstat``: a read of a file it keeps open,
-  since the descriptors may all be gone when it matters);
+- every ``INTERVAL`` seconds (``IDLE_INTERVAL`` while they stay under a quarter of the cap) reads the TCP sockets
+  in use (``/proc/net/sockstat``: a read of a file it keeps open, since the descriptors may all be gone when it
+  matters);
 - when they near the cap (``server.max_connections``, or the open-file limit less ``FD_RESERVE`` for models,
   files and pipes, whichever is lower), counts the HTTP port's connections (``/proc/net/tcp*``) and the open
   descriptors (listed, or, with none left to list them, ``fstat`` on each number), and closes the oldest
@@ -38,6 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 logger = logging.getLogger(__name__)
 
 INTERVAL = 0.25
+IDLE_INTERVAL = 1.0  # while the sockets in use stay under a quarter of the cap: connections take time to pile up
 FD_RESERVE = 64
 MIN_AGE_SECONDS = 0.4
 _ESTABLISHED = "01"
@@ -96,8 +98,7 @@ class HeaderShedder:
             return
         try:
             while True:
-                await asyncio.sleep(INTERVAL)
-                self.check()
+                await asyncio.sleep(INTERVAL if self.check() else IDLE_INTERVAL)
         finally:
             self.close()
 
@@ -106,11 +107,13 @@ class HeaderShedder:
             table.close()
         self._sockstats, self._tables = [], []
 
-    def check(self) -> None:
-        """One round: close connections still sending their headers if descriptors or connections run short."""
-        if _tcp_in_use([_reread(table) for table in self._sockstats]) < self.cap - self.headroom:
+    def check(self) -> bool:
+        """One round: close connections still sending their headers if descriptors or connections run short.
+        Whether to look again soon (the sockets in use are past a quarter of the cap)."""
+        in_use = _tcp_in_use([_reread(table) for table in self._sockstats])
+        if in_use < self.cap - self.headroom:
             self.first_seen.clear()
-            return
+            return in_use >= self.cap // 4
         connections = [c for table in self._tables for c in _connections(_reread(table), self.port)]
         sockets, descriptors = _descriptors(self.fd_limit)
         connections = [c for c in connections if c.inode in sockets]  # this process's, not a peer's on this host
@@ -119,7 +122,7 @@ class HeaderShedder:
         excess = max(descriptors - (self.fd_limit - self.headroom),
                      len(connections) - (self.max_connections - self.headroom))
         if excess <= 0:
-            return
+            return True
         waiting = sorted((c for c in connections if c.peer_port not in self.served
                           and now - self.first_seen[c.inode] >= self.min_age),
                          key=lambda c: (self.first_seen[c.inode], c.inode))
@@ -131,6 +134,7 @@ class HeaderShedder:
         live = {c.peer_port for c in connections}
         for port in [p for p in self.served if p not in live]:
             del self.served[port]
+        return True
 
 
 def _open_each(*names: str) -> list[IO[str]]:

@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from runtime.grpc.native import NATIVE_EDGE_BUILT
-from runtime.grpc.native_lanes import RECONCILE_SECONDS
+from runtime.grpc.native_lanes import IDLE_RECONCILE_SECONDS, RECONCILE_SECONDS
 from runtime.server import EXIT_CUT_OFF
 from tests.support import ServerProcess, python_model_source, write_model
 
@@ -317,6 +317,24 @@ def test_tracing_sends_calls_through_the_core_while_it_is_on(server):
         client.close()
     time.sleep(0.8)  # the last lane retired is ended
     assert psutil.Process(server.process.pid).num_fds() <= descriptors + 2  # a client connection may linger
+
+
+def test_tracing_turned_on_after_an_idle_while_reaches_the_lanes_at_once(server):
+    """An idle server looks at the core's offer seldom (IDLE_RECONCILE_SECONDS); a change the core makes to it is
+    followed before the call that made it is answered, not at the next look."""
+    served_on_lane(server, lambda: _grpc(server, SMALL))
+    time.sleep(IDLE_RECONCILE_SECONDS * 1.5)  # the looks have backed off
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+        assert server.lanes("lanes")[0] == 0
+        before = queue_counts(server)
+        assert "outputs" in _grpc(server, SMALL)
+        assert queue_counts(server)[1] > before[1] + 1  # queued: the core served it
+    finally:
+        client.update_trace_settings(settings={"trace_level": ["OFF"]})
+        client.close()
+    served_on_lane(server, lambda: _grpc(server, SMALL))
 
 
 def test_a_model_found_sending_bls_requests_is_served_by_the_core_from_then_on(server):
