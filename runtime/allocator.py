@@ -32,6 +32,7 @@ _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 FREE_HELD_TRIM_BYTES = 32 << 20  # freed memory glibc may keep before it is told to give it back
 TRIM_CHECK_SECONDS = 1.0
+IDLE_BACKOFF = 8  # an idle server's checks come up to this many intervals apart
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -77,11 +78,14 @@ async def keep_giving_back_free_memory(interval: float = TRIM_CHECK_SECONDS,
     if free_held_bytes() is None:
         return
     looked_after = None  # the activity the last look followed, where it found nothing to give back
+    wait = interval
     while True:
-        await asyncio.sleep(interval)
+        await asyncio.sleep(wait)
         activity = last_activity() if last_activity is not None else None
         if activity is not None and activity == looked_after:
+            wait = min(wait * 2, interval * IDLE_BACKOFF)  # idle: the loop is woken less and less often
             continue
+        wait = interval
         held = await asyncio.to_thread(free_held_bytes)
         if held is not None and held >= threshold:
             await asyncio.to_thread(give_back_free_memory)

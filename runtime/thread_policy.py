@@ -20,6 +20,7 @@ import os
 logger = logging.getLogger(__name__)
 
 RESCAN_SECONDS = 1.0  # threads that escaped (started under another policy) join at the next look
+RESCAN_BACKOFF = 8  # while looks find none, they come up to this many times further apart
 _batching = False  # on from batch_threads() until its rescans end
 
 
@@ -77,6 +78,9 @@ def _stopped(_: asyncio.Task) -> None:
 
 
 async def _rescan(interval: float) -> None:
+    """Every ``interval``, and less and less often (up to RESCAN_BACKOFF times it) while rescans find no thread to
+    change: an idle server is not woken for them."""
+    wait = interval
     while True:
-        await asyncio.sleep(interval)
-        batch_existing_threads()
+        await asyncio.sleep(wait)
+        wait = interval if batch_existing_threads() else min(wait * 2, interval * RESCAN_BACKOFF)

@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 logger = logging.getLogger(__name__)
 
 INTERVAL = 0.25
-IDLE_INTERVAL = 1.0  # while the sockets in use stay under a quarter of the cap: connections take time to pile up
+IDLE_INTERVAL = 2.0  # while the sockets in use stay under a quarter of the cap: connections take time to pile up
 FD_RESERVE = 64
 MIN_AGE_SECONDS = 0.4
 _ESTABLISHED = "01"
