@@ -13,7 +13,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+import threading
+from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,6 +34,7 @@ from bootstrap.settings_schema import add_flags
 from runtime.extensions.log_settings import redact_secrets, storage_secrets
 
 if TYPE_CHECKING:
+    from bootstrap.early_sync import EarlySync
     from bootstrap.source import ObjectStoreSource
     from runtime.server import ServerOptions
 
@@ -86,6 +88,15 @@ def _source(settings: FunctionSettings) -> ObjectStoreSource | None:
 
     return ObjectStoreSource(settings.model_repository, settings.storage, settings.cache_path(),
                              settings.cold_start_deadline_seconds)
+
+
+def _first_refresh(settings: FunctionSettings, tell: Callable[[object], None]) -> dict[str, str]:
+    """The early sync's child (bootstrap/early_sync.py): the first full refresh, as the server's own would be; it
+    tells, once listed, whether any model may be a Python model."""
+    source = _source(settings)
+    assert source is not None  # only a remote repository is synced early
+    source.sync.on_listed = lambda objects: tell(any(item.relative.endswith(".py") for item in objects))
+    return source.refresh()
 
 
 def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None) -> ServerOptions:
@@ -176,10 +187,14 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
     )
 
 
-async def _serve(settings: FunctionSettings) -> int:
+async def _serve(settings: FunctionSettings, source: ObjectStoreSource | None) -> int:
     from runtime.server import Server
 
-    options = _server_options(settings, _source(settings))
+    options = _server_options(settings, source)
+    early = source.early if source is not None else None
+    if early is not None:  # the template once the listing shows a model that may be a Python one
+        threading.Thread(target=_start_worker_template_when_listed, args=(settings, early), daemon=True,
+                         name="worker-template-when-listed").start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -213,17 +228,28 @@ def main(argv: list[str] | None = None) -> int:
     if not settings.remote and not settings.repository_path().is_dir():
         logger.error("model repository %s is not a folder", settings.repository_path())
         return 2
-    _start_worker_template(settings)
     if args.command == "check":
+        _start_worker_template(settings)
         return _check(settings, args.json)
     if settings.http_port is None and settings.grpc_port is None:
         logger.error("both HTTP and gRPC are disabled: nothing to serve")
         return 2
+    early = None
+    if settings.remote and settings.model_control in ("none", "poll"):  # their first refresh is a full one
+        from bootstrap.early_sync import start_early_sync
+
+        # forked before any thread starts, and before the sync's own imports: the download goes on beside them
+        early = start_early_sync(partial(_first_refresh, settings))
+    source = _source(settings)
+    if source is not None:
+        source.early = early
+    if early is None:
+        _start_worker_template(settings)  # else once the early sync has told what the repository holds
     _raise_open_file_limit(settings.max_connections)
     from runtime.allocator import tune_allocator
 
     tune_allocator()
-    return _run(_serve(settings))
+    return _run(_serve(settings, source))
 
 
 def _start_worker_template(settings: FunctionSettings) -> None:
@@ -233,6 +259,13 @@ def _start_worker_template(settings: FunctionSettings) -> None:
         from handlers.python.template import start_template
 
         start_template()
+
+
+def _start_worker_template_when_listed(settings: FunctionSettings, early: EarlySync) -> None:
+    """Start the workers' template once the early sync has listed the repository, unless it holds no ``.py`` file
+    (an ONNX repository's cold start keeps its cores)."""
+    if early.wait_note() is not False:
+        _start_worker_template(settings)
 
 
 def _sync(settings: FunctionSettings, model: str | None) -> int:

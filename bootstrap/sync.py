@@ -25,10 +25,12 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bootstrap.cache import CacheError, ensure_private_dir
 from bootstrap.errors import BootstrapError
@@ -138,10 +140,9 @@ class RepositorySync:
         self.generations_dir = self.repository_dir / GENERATIONS
         self.staging_dir = self.cache_dir / STAGING
         self.deadline_seconds = deadline_seconds
-        # No single request may outlast the whole sync's deadline.
-        self.client = make_client(location, dataclasses.replace(
-            settings, connect_timeout_seconds=min(settings.connect_timeout_seconds, deadline_seconds),
-            read_timeout_seconds=min(settings.read_timeout_seconds, deadline_seconds)))
+        self._client: Any = None  # made when first used: botocore's import and client cost 0.17 s
+        self.on_listed: Callable[[list[StoredObject]], None] | None = None  # told each full listing, before downloads
+        self._client_lock = threading.Lock()
         self._files = DaemonPool(settings.max_concurrency, "sync-file")
         self._models = DaemonPool(4, "sync-model")
         self._calls = DaemonPool(1, "sync-call")
@@ -149,6 +150,17 @@ class RepositorySync:
         self._staged: set[str] = set()  # staging files this sync used (the others are stale)
 
     # -- public ----------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        """The S3 client, made on first use; no single request may outlast the whole sync's deadline."""
+        with self._client_lock:
+            if self._client is None:
+                settings, deadline = self.settings, self.deadline_seconds
+                self._client = make_client(self.location, dataclasses.replace(
+                    settings, connect_timeout_seconds=min(settings.connect_timeout_seconds, deadline),
+                    read_timeout_seconds=min(settings.read_timeout_seconds, deadline)))
+            return self._client
+
     def sync(self, only: str | None = None) -> dict[str, ModelSyncReport]:
         """Sync every model (or just ``only``); per-model failures are reported, never raised.
 
@@ -166,6 +178,8 @@ class RepositorySync:
         if only is None:
             self._staged = set()  # what this full sync stages; anything else in the staging folder is stale
         objects = self._within(deadline, "listing", list_objects, self.client, self.location)
+        if self.on_listed is not None:
+            self.on_listed(objects)
         by_model: dict[str, list[StoredObject]] = defaultdict(list)
         for item in objects:
             model, separator, rest = item.relative.partition("/")
