@@ -46,10 +46,14 @@ from bootstrap.storage import (
     make_client,
     unsafe_key_reason,
 )
-from runtime.config.layout import is_version_folder_name
-from runtime.config.pbtxt import version_policy_of
+from runtime.config.layout import (
+    CONFIG_FILE,
+    CONFIG_OPTIONAL_MODEL_FILES,
+    MAX_CONFIG_BYTES,
+    is_model_folder_name,
+    is_version_folder_name,
+)
 from runtime.errors import ModelLoadError
-from runtime.models.repository import CONFIG_FILE, CONFIG_OPTIONAL_MODEL_FILES, MAX_CONFIG_BYTES, is_model_folder_name
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +270,8 @@ class RepositorySync:
                 config_text = config_bytes.decode("utf-8")
             except UnicodeDecodeError:
                 raise SyncError(f"{CONFIG_FILE} is not UTF-8") from None
+        from runtime.config.pbtxt import version_policy_of  # numpy and protobuf: after the listing, not before
+
         policy = version_policy_of(config_text, name)
         versions = sorted({int(r.split("/")[0]) for r in files if "/" in r and is_version_folder_name(r.split("/")[0])})
         selected = set(policy.select(versions))

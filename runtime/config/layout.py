@@ -1,11 +1,20 @@
-"""Triton's repository layout, as every layer reads it: version folders are positive decimal numbers, and a
-model's file lies in one of them."""
+"""Triton's repository layout, as every layer reads it (the object-storage sync too, which imports nothing heavier):
+model folders hold config.pbtxt, version folders are positive decimal numbers, and a model's file lies in one of
+them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 PYTHON_MODEL_FILE = "model.py"
+CONFIG_FILE = "config.pbtxt"
+MAX_CONFIG_BYTES = 1 << 20
+# With auto-complete on, a model holding one of these may come without config.pbtxt (as in Triton).
+CONFIG_OPTIONAL_MODEL_FILES = (PYTHON_MODEL_FILE, "model.onnx")
+
+
+def is_model_folder_name(name: str) -> bool:
+    return bool(name) and not name.startswith(".") and name not in ("..",)
 
 
 def is_version_folder_name(name: str) -> bool:

@@ -8,9 +8,9 @@ import contextlib
 import logging
 from typing import Protocol
 
+from runtime.config.layout import is_model_folder_name
 from runtime.errors import InvalidArgument, Unavailable
 from runtime.models.manager import ModelManager
-from runtime.models.repository import is_model_folder_name
 from runtime.models.watch import RepositoryWatcher
 
 logger = logging.getLogger(__name__)

@@ -10,13 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runtime.config.ensemble_config import load_order
+from runtime.config.layout import CONFIG_FILE
 from runtime.config.spec import ENSEMBLE, ModelSpec
 from runtime.errors import ModelLoadError
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerContext, HandlerRegistry, ServerServices
 from runtime.models.ensemble_version import EnsembleVersion
 from runtime.models.lookup import LoadedModels, ModelEntry
 from runtime.models.model import UNLOADED, ModelState, ModelVersion
-from runtime.models.repository import CONFIG_FILE, ModelRepository
+from runtime.models.repository import ModelRepository
 from runtime.scheduling.ensemble import check_composing_models
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE

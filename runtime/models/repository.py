@@ -6,7 +6,13 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.config.layout import PYTHON_MODEL_FILE, is_version_folder_name
+from runtime.config.layout import (
+    CONFIG_FILE,
+    CONFIG_OPTIONAL_MODEL_FILES,
+    MAX_CONFIG_BYTES,
+    is_model_folder_name,
+    is_version_folder_name,
+)
 from runtime.config.pbtxt import read_model_config, read_model_config_json, spec_from_config
 from runtime.config.spec import ModelSpec
 from runtime.errors import ModelLoadError
@@ -15,11 +21,6 @@ from runtime.protocol.model_config_pb2 import ModelConfig
 # Completes a model's config as written (Triton's auto-complete: a Python model's auto_complete_config, an ONNX
 # model's graph).
 ConfigCompleter = Callable[[ModelConfig, Path], ModelConfig]
-# With auto-complete on, a model holding one of these may come without config.pbtxt (as in Triton).
-CONFIG_OPTIONAL_MODEL_FILES = (PYTHON_MODEL_FILE, "model.onnx")
-
-CONFIG_FILE = "config.pbtxt"
-MAX_CONFIG_BYTES = 1 << 20
 
 # As Triton: a config naming neither platform nor backend gets them from the model file found (the newest
 # version first): (file name or suffix, platform, backend).
@@ -32,10 +33,6 @@ _BACKEND_BY_MODEL_FILE = (
     ("model.savedmodel", ".savedmodel", "tensorflow_savedmodel", "tensorflow"),
     ("model.graphdef", ".graphdef", "tensorflow_graphdef", "tensorflow"),
 )
-
-
-def is_model_folder_name(name: str) -> bool:
-    return bool(name) and not name.startswith(".") and name not in ("..",)
 
 
 class ModelRepository:
