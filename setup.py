@@ -48,7 +48,8 @@ def sanitizer_flags() -> list[str]:
 def extensions() -> list[Extension]:
     sanitize = sanitizer_flags()
     json_numbers = Extension(
-        "runtime.http._json_numbers", ["runtime/http/json_numbers.cc"], language="c++",
+        "runtime.http._json_numbers", ["runtime/http/json_numbers.cc"], depends=["runtime/http/json_numbers.h"],
+        language="c++",
         extra_compile_args=["-std=c++17", "-O1" if sanitize else "-O2", "-fvisibility=hidden", *sanitize],
         extra_link_args=sanitize)
     flags = grpcpp_flags()
