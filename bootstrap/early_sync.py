@@ -54,7 +54,7 @@ class EarlySync:
     def wait_note(self) -> object:
         """The child's note, waiting for it; None where the child tells its outcome (or ends) without one."""
         with self._reading:
-            if not self._noted and self._ahead is None:
+            if not self._noted and self._ahead is None and not self._pipe.closed:  # closed: outcome() took all
                 message = self._take()
                 if message is not None and message[0] != "note":
                     self._ahead = message

@@ -42,6 +42,13 @@ def test_what_the_childs_sync_raises_is_raised_in_the_parent(raised, expected):
     assert str(raised) in str(caught.value)
 
 
+def test_the_note_asked_after_the_outcome_was_taken_is_what_came():
+    for note in (True, None):
+        early = EarlySync(lambda tell, note=note: (tell(note) if note is not None else None) or {})
+        assert early.outcome() == {}
+        assert early.wait_note() is note  # the pipe is closed by now: nothing more is read
+
+
 def test_a_child_that_dies_without_telling_leaves_the_sync_to_the_parent():
     def sync(tell):
         tell(False)
