@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bootstrap.errors import BootstrapError
+from bootstrap.hand_off import hand_off
 from bootstrap.settings import SETTINGS_CLASSES, FunctionSettings, SettingsError, apply_settings_flags, load_settings
 from bootstrap.settings_meaning import (
     histogram_latencies,
@@ -117,74 +118,20 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
     if settings.grpc_infer_thread_count is not None:
         logger.info("--grpc-infer-thread-count is accepted as Triton's flag and has no effect "
                     "here: the native gRPC edge has no completion-queue handler threads")
-    return ServerOptions(
-        model_repository=settings.repository_path(),
-        source=source,
-        model_control=settings.model_control,
-        startup_models=settings.load_models,
-        on_demand=OnDemandSettings(keep_warm=settings.keep_warm_seconds, memory_budget=settings.memory_budget_bytes,
-                                   gpu_memory_budget=settings.gpu_memory_budget_bytes,
-                                   always_loaded=settings.always_loaded, load_deadline=settings.load_deadline_seconds,
-                                   retry_after=settings.retry_after_seconds),
-        model_load_concurrency=settings.model_load_thread_count,
-        poll_interval=settings.poll_interval_seconds,
-        idle_timeout=settings.idle_timeout_seconds,
-        adapters=AdapterSettings(
-            host=settings.host,
-            http_port=settings.http_port,
-            grpc_port=None if single_port else settings.grpc_port,
-            single_port=single_port,
-            max_request_bytes=settings.max_request_bytes,
-            grpc_max_message_bytes=settings.grpc_max_message_bytes,
-            openai=openai,
-            http_header_forward=settings.http_header_forward_pattern,
-            grpc_header_forward=settings.grpc_header_forward_pattern,
-            json_decode_budget=settings.json_decode_budget_bytes,
-            http_limits=HttpLimits(
-                header_timeout=settings.header_timeout_seconds,
-                body_timeout=settings.body_timeout_seconds,
-                max_connections=settings.max_connections,
-                max_concurrent_streams=settings.max_streams_per_connection,
-                send_timeout=settings.send_timeout_seconds,
-                max_unsent_bytes=settings.max_unsent_response_bytes,
-            ),
-            grpc_limits=GrpcLimits(
-                handshake_timeout=settings.header_timeout_seconds,
-                stream_max_in_flight=settings.stream_max_in_flight,
-                stream_max_bytes=settings.stream_max_bytes,
-                streams_max_bytes=settings.streams_max_bytes,
-                native_edge=settings.grpc_native_edge,
-                native_lanes=settings.grpc_native_lanes,
-                infer_threads=settings.grpc_infer_threads,
-                max_streams=settings.grpc_max_streams,
-                max_response_pool=settings.grpc_max_response_pool_size,
-            ),
-            auth_token=settings.auth_token,
-            auth_exempt_health=settings.auth_exempt_health,
-            http_restrictions=http_restrictions,
-            grpc_restrictions=grpc_restrictions,
-        ),
-        metrics_port=settings.metrics_port,
-        metrics_histograms=histogram_latencies(settings),
-        default_max_queue_size=settings.default_max_queue_size,
-        sequence_slot_timeout=settings.sequence_slot_timeout_seconds,
-        execute_timeout=settings.execute_timeout_seconds,
-        use_gpu=settings.use_gpu,
-        server_name=settings.server_name,
-        strict_readiness=settings.strict_readiness,
-        allow_client_shm=settings.allow_client_shm,
-        cache_size_bytes=settings.response_cache_bytes,
-        tensor_pool_bytes=settings.tensor_pool_bytes,
-        frontend_processes=settings.frontend_processes,
-        batch_scheduled_threads=settings.batch_scheduled_threads,
-        auto_complete_config=settings.auto_complete_config,
-        shutdown_timeout=settings.shutdown_timeout_seconds,
-        trace=trace_settings(settings),
+    # each record from the settings declared into it (bootstrap/hand_off.py), and what comes from elsewhere
+    adapters = hand_off(
+        settings, "adapters", AdapterSettings,
+        grpc_port=None if single_port else settings.grpc_port, single_port=single_port, openai=openai,
+        http_limits=hand_off(settings, "http", HttpLimits), grpc_limits=hand_off(settings, "grpc", GrpcLimits),
+        http_restrictions=http_restrictions, grpc_restrictions=grpc_restrictions)
+    return hand_off(
+        settings, "server", ServerOptions,
+        model_repository=settings.repository_path(), source=source,
+        on_demand=hand_off(settings, "on_demand", OnDemandSettings), adapters=adapters,
+        metrics_histograms=histogram_latencies(settings), use_gpu=settings.use_gpu, trace=trace_settings(settings),
         rate_limit_resources=rate_limit_resources(settings),
         handlers=handler_class,  # the composition root hands the core its backends
-        completer=partial(complete_config, environments_dir=environments_dir),
-        environments_dir=environments_dir,
-    )
+        completer=partial(complete_config, environments_dir=environments_dir), environments_dir=environments_dir)
 
 
 async def _serve(settings: FunctionSettings, source: ObjectStoreSource | None) -> int:

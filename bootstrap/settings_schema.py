@@ -51,12 +51,16 @@ class Setting:
     meaning: str  # the README's words
     shown_default: str | None = None  # the README's default column, where the value itself does not say it
     flags: tuple[Flag, ...] = ()
+    into: tuple[str, ...] = ()  # the runtime's option fields it goes to, "<record>.<field>" (bootstrap/hand_off.py)
 
 
 def setting(default: Any = dataclasses.MISSING, *, key: str, check: Check, meaning: str,
-            factory: Callable[[], Any] | None = None, shown: str | None = None, flags: Sequence[Flag] = ()) -> Any:
-    """A dataclass field declared as a setting (``factory``: a default computed when the settings are made)."""
-    declared = {_SCHEMA: Setting(key, check, meaning, shown, tuple(flags))}
+            factory: Callable[[], Any] | None = None, shown: str | None = None, flags: Sequence[Flag] = (),
+            into: str | Sequence[str] = ()) -> Any:
+    """A dataclass field declared as a setting (``factory``: a default computed when the settings are made;
+    ``into``: where the runtime's options take its value, bootstrap/hand_off.py)."""
+    declared = {_SCHEMA: Setting(key, check, meaning, shown, tuple(flags), (into,) if isinstance(into, str)
+                                 else tuple(into))}
     if factory is not None:
         return field(default_factory=factory, metadata=declared)
     return field(default=default, metadata=declared)
