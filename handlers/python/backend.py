@@ -226,17 +226,15 @@ class PythonBackendHandler(ModelHandler):
 
     def _direct_failure(self, worker: WorkerLink, timed_out: bool) -> str:
         """A request sent through the side door failed with its worker: why, in the words a batch's failure has
-        (``batch.py``); one that timed out has its worker dropped and restarted, as a batch's would."""
-        if not timed_out:
-            return f"{self.supervisor.label}: worker process {worker.exit_description(5)}; it is being restarted"
-        what = f"execute did not finish within {self.execute_timeout:g}s"
-        self.supervisor.hold()
-        try:
-            if self.supervisor.worker is worker:
-                self.supervisor.lose(what)
-        finally:
-            self.supervisor.release()
-        return f"{self.supervisor.label}: {what}; its worker is being restarted"
+        (``batch.py``); the worker is dropped and restarted now, as a batch's would be (no batch of the core's
+        would notice a worker that died under a lane's request until the next one came)."""
+        if timed_out:
+            what = f"execute did not finish within {self.execute_timeout:g}s"
+            self.supervisor.lose_if_current(worker, what)
+            return f"{self.supervisor.label}: {what}; its worker is being restarted"
+        what = f"worker process {worker.exit_description(5)}"
+        self.supervisor.lose_if_current(worker, what)
+        return f"{self.supervisor.label}: {what}; it is being restarted"
 
     def _found_bls(self) -> None:
         """The model sends BLS requests after all (the scan of its files missed them): its side door is no longer

@@ -90,6 +90,13 @@ class WorkerSupervisor:
     def release(self) -> None:
         self._lock.release()
 
+    def lose_if_current(self, worker: WorkerLink, what: str) -> None:
+        """A worker found gone or stuck outside a batch (a request a lane sent it): dropped and restarted in the
+        background, as a batch's failure has it, unless it was replaced meanwhile."""
+        with self._lock:
+            if self._worker is worker:
+                self.lose(what)
+
     def lose(self, what: str) -> None:
         """While held: drop the worker (killed) and restart one in the background (unless closing)."""
         if self._worker is not None:
