@@ -5,7 +5,6 @@ given by the caller (bootstrap/cli.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, TypeVar
 
 from bootstrap.settings_schema import declared
@@ -35,7 +34,3 @@ def hand_off(settings: Any, record: str, cls: type[Record], **given: Any) -> Rec
     if both:
         raise ValueError(f"{record}: {sorted(both)} both declared into by a setting and given")
     return cls(**values, **given)
-
-
-def record_fields(cls: type) -> set[str]:
-    return {item.name for item in dataclasses.fields(cls)}

@@ -59,7 +59,7 @@ def test_a_buffer_it_cannot_write_is_refused():
 
 def _parsed(text: str, kind: str) -> list | None:
     out = np.empty(len(text) + 1, {"d": np.float64, "i": np.int64, "u": np.uint64}[kind])
-    count = _native().parse(text.encode(), out, kind)
+    count = _native().parse(text.encode(), out)
     return None if count < 0 else out[:count].tolist()
 
 
@@ -111,7 +111,7 @@ def test_every_integer_in_range_is_read_and_none_past_it(kind, data):
 
 def test_it_never_writes_past_the_buffer_it_is_given():
     out = np.zeros(3, np.float64)
-    assert _native().parse(b"1,2,3,4", out[:2], "d") == -1
+    assert _native().parse(b"1,2,3,4", out[:2]) == -1
     assert out[2] == 0
 
 

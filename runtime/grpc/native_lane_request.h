@@ -53,6 +53,7 @@ inline bool Accepts(const LaneSpec& lane, size_t buffer_size, const native_wire:
   // A batched model's batch size is read off its first input: a request with none is left to the core.
   if (lane.max_batch_size > 0 && request.inputs.empty()) return false;
   size_t batched = lane.max_batch_size > 0 ? 1 : 0, placed = 0;
+  size_t carried = request.id.size();  // what the message carries; each term bounded by the request's own size
   int64_t batch = -1;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const auto& input = request.inputs[i];
@@ -82,22 +83,22 @@ inline bool Accepts(const LaneSpec& lane, size_t buffer_size, const native_wire:
       elements *= static_cast<uint64_t>(dim);
     }
     if (elements * spec->element_size != raws[i].second) return false;  // at most 2^40 elements of 8 bytes
-    if (raws[i].second > kInlineMaxBytes) placed += (raws[i].second + kAlignment - 1) / kAlignment * kAlignment;
+    if (raws[i].second > kInlineMaxBytes) {
+      placed += (raws[i].second + kAlignment - 1) / kAlignment * kAlignment;
+    } else {
+      carried += raws[i].second;
+    }
+    carried += input.name.size();
   }
   if (placed > buffer_size) return false;
-  size_t carried = request.id.size();  // each term bounded by the request's own size: the sum cannot wrap
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    carried += request.inputs[i].name.size() + (raws[i].second <= kInlineMaxBytes ? raws[i].second : 0);
-  }
-  for (const auto& name : request.outputs) carried += name.size();
-  if (carried > kMaxMessageBytes) return false;
   for (size_t i = 0; i < request.outputs.size(); ++i) {
     bool known = false;
     for (const auto& output : lane.outputs) known = known || output == request.outputs[i];
     for (size_t j = 0; j < i; ++j) known = known && request.outputs[j] != request.outputs[i];
     if (!known) return false;
+    carried += request.outputs[i].size();
   }
-  return true;
+  return carried <= kMaxMessageBytes;
 }
 
 // Batch ``batch_id``'s message, as handlers/python/batch.py's batch_message writes one request's, framed; large

@@ -35,8 +35,7 @@ class Writer {
     } else {
       out_ += '\x8a';  // LONG1: eight bytes, little-endian two's complement
       out_ += '\x08';
-      uint64_t bits = static_cast<uint64_t>(value);
-      for (int i = 0; i < 8; ++i) out_ += static_cast<char>(bits >> (8 * i));
+      Put64(static_cast<uint64_t>(value));
     }
   }
   // A length past 4 GiB takes the 8-byte form (a string or bytes of any size is written whole).

@@ -51,7 +51,7 @@ def _parse_piece(piece: memoryview, kind: Literal["d", "i", "u"], room: int) -> 
     """The numbers of one slice of an array's inside, as ``kind``'s numpy type; NotFast for anything else."""
     if json_numbers is not None:
         values = np.empty(min(room, len(piece) // 2 + 1), _PARSED_AS[kind])  # n numbers take at least 2n - 1 bytes
-        count = json_numbers.parse(piece, values, kind)
+        count = json_numbers.parse(piece, values)
         if count < 0:
             raise NotFast
         return values[:count]
@@ -176,11 +176,11 @@ def array_from_json(datatype: str, shape: tuple[int, ...], data: bytes, start: i
 def _numbers_json(array: np.ndarray) -> bytes:
     """``[v, v, ...]`` for a numeric or boolean array (floats as their doubles, as msgspec writes them): natively
     past ``_NATIVE_MIN`` elements (the GIL released meanwhile), else by msgspec, which writes a few values sooner."""
-    flat = array.reshape(-1)
-    if flat.dtype.kind == "f" and flat.dtype != np.float32:
-        flat = flat.astype(np.float64)  # float32 prints as its exact double, as Triton and json do
+    flat = array.reshape(-1)  # a float prints as its exact double, as Triton and json do
     if json_numbers is None or len(flat) < _NATIVE_MIN:
-        return _encoder.encode(flat.astype(np.float64).tolist() if flat.dtype.kind == "f" else flat.tolist())
+        return _encoder.encode(flat.tolist())  # numpy's floats become Python's: their exact doubles
+    if flat.dtype == np.float16:
+        flat = flat.astype(np.float64)  # the writer takes float32 and float64 (no copy of those)
     return json_numbers.format(np.ascontiguousarray(flat))
 
 

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "json_numbers.h"
@@ -26,30 +27,27 @@ PYBIND11_MODULE(_json_numbers, module) {
   module.doc() = "Arrays of JSON numbers to and from numpy buffers (json_numbers.cc).";
   module.def(
       "parse",
-      [](const py::buffer& text, const py::buffer& out, char kind) -> int64_t {
+      [](const py::buffer& text, const py::buffer& out) -> int64_t {
         py::buffer_info in = text.request();
         py::buffer_info into = out.request(true);
-        if (in.ndim != 1 || in.itemsize != 1 || into.ndim != 1 || into.itemsize != 8 ||
-            into.strides[0] != 8 || in.strides[0] != 1) {
-          throw py::value_error("parse takes contiguous text and a contiguous buffer of 8-byte elements");
+        char letter = json_numbers::FormatLetter(into);
+        if (in.ndim != 1 || in.itemsize != 1 || in.strides[0] != 1 || into.ndim != 1 || into.itemsize != 8 ||
+            into.strides[0] != 8 || std::string_view("qlQLd").find(letter) == std::string_view::npos) {
+          throw py::value_error("parse takes contiguous text and a contiguous buffer of int64, uint64 or float64");
         }
         const char* data = static_cast<const char*>(in.ptr);
         size_t size = static_cast<size_t>(in.size), capacity = static_cast<size_t>(into.size);
         py::gil_scoped_release released;
-        switch (kind) {
-          case 'i':
-            return json_numbers::Parse(data, size, static_cast<int64_t*>(into.ptr), capacity, kind);
-          case 'u':
-            return json_numbers::Parse(data, size, static_cast<uint64_t*>(into.ptr), capacity, kind);
-          case 'd':
-            return json_numbers::Parse(data, size, static_cast<double*>(into.ptr), capacity, kind);
-          default:
-            return -1;
+        if (letter == 'd') return json_numbers::Parse(data, size, static_cast<double*>(into.ptr), capacity);
+        if (letter == 'Q' || letter == 'L') {
+          return json_numbers::Parse(data, size, static_cast<uint64_t*>(into.ptr), capacity);
         }
+        return json_numbers::Parse(data, size, static_cast<int64_t*>(into.ptr), capacity);
       },
-      py::arg("text"), py::arg("out"), py::arg("kind"),
-      "How many numbers the inside of a JSON array ``text`` holds, written into ``out`` as ``kind`` ('i' int64, "
-      "'u' uint64, 'd' double); -1 where it is not plainly such numbers, or more than ``out`` holds.");
+      py::arg("text"), py::arg("out"),
+      "How many numbers the inside of a JSON array ``text`` holds, written into ``out`` (int64, uint64 or float64: "
+      "an integer type takes no fraction or exponent); -1 where it is not plainly such numbers, or more than ``out`` "
+      "holds.");
   module.def(
       "format",
       [](const py::buffer& values) -> py::object {

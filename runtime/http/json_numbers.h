@@ -54,10 +54,10 @@ inline const char* NumberEnd(const char* p, const char* end, bool* integer) {
   return p;
 }
 
-// Parses text[0:size] into out (``capacity`` elements of 8 bytes, as ``kind``: 'i' int64, 'u' uint64, 'd' double):
-// how many, or -1 where it is not plainly numbers of that kind, or more than ``capacity``.
+// Parses text[0:size] into out (``capacity`` elements of T: int64_t, uint64_t or double): how many, or -1 where it is
+// not plainly numbers of that type (an integer type takes no fraction or exponent), or more than ``capacity``.
 template <typename T>
-int64_t Parse(const char* text, size_t size, T* out, size_t capacity, char kind) {
+int64_t Parse(const char* text, size_t size, T* out, size_t capacity) {
   const char* p = text;
   const char* end = text + size;
   size_t count = 0;
@@ -68,8 +68,8 @@ int64_t Parse(const char* text, size_t size, T* out, size_t capacity, char kind)
     bool integer = false;
     const char* stop = NumberEnd(p, end, &integer);
     if (stop == nullptr || count >= capacity) return -1;
-    if (kind != 'd' && !integer) return -1;
-    if (kind == 'u' && *p == '-') return -1;
+    if (!std::is_floating_point<T>::value && !integer) return -1;
+    if (std::is_unsigned<T>::value && *p == '-') return -1;
     T value{};
     std::from_chars_result read = std::from_chars(p, stop, value);
     if (read.ec != std::errc() || read.ptr != stop) return -1;  // out of range (a double past 1.8e308 included)

@@ -44,7 +44,7 @@ def render_chat(template: str | None, model: str, messages: list[dict], tools: l
     if not template:
         raise InvalidArgument(f"model '{model}' has no chat template: give one in its config (parameter "
                               "openai.chat_template) or a tokenizer_config.json with 'chat_template' in its folder")
-    require_extra("openai", "a chat template")
+    require_extra("openai", "a chat template", "jinja2")
     from jinja2.exceptions import TemplateError
 
     try:

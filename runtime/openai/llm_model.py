@@ -86,7 +86,7 @@ class LlmModel:
             return None
         with self._lock:
             if self._tokenizer is None:
-                require_extra("openai", "counting tokens with the model's tokenizer")
+                require_extra("openai", "counting tokens with the model's tokenizer", "tokenizers")
                 from tokenizers import Tokenizer
 
                 self._tokenizer = Tokenizer.from_file(str(self.tokenizer_path))
