@@ -1,11 +1,13 @@
-"""The native parts: the gRPC edge (``runtime/grpc/native_edge.cc``), built against the system's libgrpc++ where
-pkg-config finds it (Debian and Ubuntu: ``libgrpc++-dev``), and the JSON number arrays (``runtime/http/
-json_numbers.cc``, no library). Without either the package installs all the same: gRPC is then served by grpcio
-(the server logs that it is), JSON tensors are read and written by msgspec, more slowly. Everything else about the
+"""The native parts: the lanes (``runtime/native/lanes_module.cc``, no library), the gRPC edge
+(``runtime/grpc/native_edge.cc``), built against the system's libgrpc++ where pkg-config finds it (Debian and
+Ubuntu: ``libgrpc++-dev``), and the JSON number arrays (``runtime/http/json_numbers.cc``, no library). Without any
+of them the package installs all the same: every request then goes through the core, gRPC is served by grpcio (the
+server logs that it is), JSON tensors are read and written by msgspec, more slowly. Everything else about the
 package is in pyproject.toml."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -45,8 +47,24 @@ def sanitizer_flags() -> list[str]:
     return ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"]
 
 
+def lanes_abi() -> str:
+    """A digest of the lanes' headers, built into both modules that run them (the lanes' and the gRPC edge's): the
+    edge refuses a lane table from a module built from other headers (runtime/native/lane_table.h)."""
+    digest = hashlib.sha256()
+    for header in sorted(Path("runtime/native").glob("*.h")):
+        digest.update(header.name.encode() + b"\0" + header.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def extensions() -> list[Extension]:
     sanitize = sanitizer_flags()
+    native_headers = sorted(str(header) for header in Path("runtime/native").glob("*.h"))
+    abi = [("NATIVE_LANES_ABI", f'"{lanes_abi()}"')]
+    lanes = Extension(
+        "runtime.native._native_lanes", ["runtime/native/lanes_module.cc"], depends=native_headers,
+        define_macros=abi, language="c++",
+        extra_compile_args=["-std=c++17", "-O1" if sanitize else "-O2", "-fvisibility=hidden", *sanitize],
+        extra_link_args=sanitize)
     json_numbers = Extension(
         "runtime.http._json_numbers", ["runtime/http/json_numbers.cc"], depends=["runtime/http/json_numbers.h"],
         language="c++",
@@ -55,10 +73,11 @@ def extensions() -> list[Extension]:
     flags = grpcpp_flags()
     if flags is None:
         print("warning: libgrpc++ not found (pkg-config grpc++): the native gRPC edge is not built")
-        return [json_numbers]
-    return [json_numbers, Extension(
+        return [lanes, json_numbers]
+    return [lanes, json_numbers, Extension(
         "runtime.grpc._native_edge", ["runtime/grpc/native_edge.cc"],
-        depends=sorted(str(header) for header in Path("runtime/grpc").glob("*.h")),
+        depends=[*sorted(str(header) for header in Path("runtime/grpc").glob("*.h")), *native_headers],
+        include_dirs=["."], define_macros=abi,
         libraries=["z"],  # native_inflate.h
         language="c++",
         extra_compile_args=["-std=c++17", "-O1" if sanitize else "-O2", "-fvisibility=hidden", *sanitize,

@@ -303,12 +303,12 @@ class FunctionSettings:
             "--grpc-native-edge", "serve gRPC on grpc++'s callback server (default true; false: grpcio)"))
     grpc_native_lanes: bool = setting(
         True, key="server.grpc_native_lanes", into="grpc.native_lanes", check=boolean,
-        meaning="on the native edge, serve a plain ModelInfer call (no parameters, every input of the model's "
-                "datatype and shape) to a Python-backend model in grpc++'s own threads, straight to the model's "
-                "worker and back, while the model has nothing queued, and a lone HTTP infer request of the same "
-                "kind with binary tensors the same way from the HTTP route; the core still decides which models "
-                "qualify and counts their statistics (docs/features.md, \"Direct path\"); `false`: every request "
-                "through the core",
+        meaning="serve a plain infer request (no parameters, every input of the model's datatype and shape) to a "
+                "Python-backend model straight to the model's worker and back, past the event loop, while the model "
+                "has nothing queued: a lone HTTP request with binary tensors from the HTTP route, and a ModelInfer "
+                "call in grpc++'s own threads on the native edge; the core still decides which models qualify and "
+                "counts their statistics (docs/features.md, \"Direct path\"); with `auth.token` set, or `false`: "
+                "every request through the core",
         flags=_true_or_false_flag(
             "--grpc-native-lanes",
             "plain ModelInfer calls and lone binary HTTP infer requests to Python models past the core (default "

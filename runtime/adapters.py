@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
-from runtime.direct_path import DirectLanes
-from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
+from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_DETAILS_BYTES, GrpcLimits
 from runtime.header_forward import header_forward
 from runtime.http.app import create_http_app
 from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.server import HttpLimits, HttpServer, check_bindable
+from runtime.native.lanes import NativeLanes, open_lanes
 from runtime.openai.options import OpenAiOptions
 from runtime.openai.restrictions import restriction_guard
 from runtime.openai.routes import openai_mounts
@@ -82,10 +82,15 @@ def reuse_port_listener(host: str, port: int, backlog: int) -> socket.socket:
 class ProtocolAdapters:
     """The gRPC server and the HTTP listener over ``service``, for the ports ``settings`` names."""
 
-    def __init__(self, service: InferenceApi, settings: AdapterSettings, reuse_port: bool = False) -> None:
+    def __init__(self, service: InferenceApi, settings: AdapterSettings, reuse_port: bool = False,
+                 direct_paths: bool = True) -> None:
+        """``direct_paths``: whether ``service`` may offer direct paths, which the lanes then serve (a front-end
+        process's remote core offers none)."""
         self.service = service
         self.settings = settings
         self.reuse_port = reuse_port
+        self.direct_paths = direct_paths
+        self.lanes: NativeLanes | None = None  # the lanes both adapters hand plain requests to
         self.http: HttpServer | SinglePortServer | None = None
         self.grpc: Any = None  # ThreadedGrpcServer or grpc.aio.Server (grpc is imported only when gRPC is served)
         self.proxy: PortProxy | None = None  # HAProxy on the one port, in front of the two listeners
@@ -96,32 +101,35 @@ class ProtocolAdapters:
     async def start(self) -> None:
         """Listen on every port; OSError (a port taken) leaves what started for :meth:`stop`."""
         settings, auth = self.settings, self.settings.auth()
+        # with a token, every request goes through the core (where the gRPC edge checks it)
+        if self.direct_paths and settings.grpc_limits.native_lanes and auth is None:
+            self.lanes = open_lanes(self.service, MAX_DETAILS_BYTES)
+            if self.lanes is not None:
+                self.lanes.start()
         if settings.single_port and settings.http_port is not None:
             if await self._start_proxied_port(auth):
                 return
             await self._start_single_port(auth)
             return
-        lanes = None
         if settings.grpc_port is not None:
-            lanes = await self._start_grpc(f"{settings.host}:{settings.grpc_port}", auth, self.reuse_port)
+            await self._start_grpc(f"{settings.host}:{settings.grpc_port}", auth, self.reuse_port)
         if settings.http_port is not None:
-            self.http = HttpServer(self._rest_app(auth, lanes), settings.host, settings.http_port, settings.http_limits,
+            self.http = HttpServer(self._rest_app(auth), settings.host, settings.http_port, settings.http_limits,
                                    listening_fd=self._listening_fd())
             await self.http.start()
             logger.info("HTTP endpoint on %s:%d (HTTP/1.1 and h2c)", settings.host, settings.http_port)
 
-    async def _start_grpc(self, address: str, auth: TokenAuth | None, reuse_port: bool) -> DirectLanes | None:
-        """The gRPC server on ``address``, started; the lanes the HTTP route's lone requests take too."""
-        from runtime.grpc.server import create_grpc_server, direct_lanes  # grpc loads only when gRPC is served
+    async def _start_grpc(self, address: str, auth: TokenAuth | None, reuse_port: bool) -> None:
+        """The gRPC server on ``address``, started."""
+        from runtime.grpc.server import create_grpc_server  # grpc loads only when gRPC is served
 
         settings = self.settings
         self.grpc = create_grpc_server(self.service, address, settings.grpc_max_message_bytes, auth,
                                        settings.grpc_limits, reuse_port=reuse_port,
                                        restrictions=settings.grpc_restrictions,
-                                       header_forward=header_forward(settings.grpc_header_forward))
+                                       header_forward=header_forward(settings.grpc_header_forward), lanes=self.lanes)
         await self.grpc.start()
         logger.info("gRPC endpoint on %s", address)
-        return direct_lanes(self.grpc)
 
     async def _start_proxied_port(self, auth: TokenAuth | None) -> bool:
         """The one port: its acceptor handing gRPC clients' connections to the native edge, HTTP/1.1 ones to this
@@ -148,10 +156,10 @@ class ProtocolAdapters:
         private = Path(tempfile.mkdtemp(prefix="serverless-triton-private-"))
         self._private = private
         grpc_socket = private / "grpc.sock"
-        lanes = await self._start_grpc(f"unix:{grpc_socket}", auth, False)
+        await self._start_grpc(f"unix:{grpc_socket}", auth, False)
         rest = _listening_socket("127.0.0.1", 0, settings.http_limits.backlog)
         rest_port = rest.getsockname()[1]
-        rest_app = self._rest_app(auth, lanes)  # one, for its bounds on answers being sent are the process's
+        rest_app = self._rest_app(auth)  # one, for its bounds on answers being sent are the process's
         self.http = HttpServer(rest_app, "127.0.0.1", rest_port, settings.http_limits, listening_fd=rest.detach())
         await self.http.start()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -177,13 +185,13 @@ class ProtocolAdapters:
                     settings.http_port)
         return True
 
-    def _rest_app(self, auth: TokenAuth | None, lanes: DirectLanes | None = None) -> Any:
+    def _rest_app(self, auth: TokenAuth | None) -> Any:
         settings = self.settings
         openai = openai_mounts(self.service, settings.max_request_bytes, settings.http_limits.body_timeout,
                                settings.openai)
         return create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
                                settings.http_limits.body_timeout, settings.json_decode_budget,
-                               settings.http_limits.unsent_bytes(), settings.http_restrictions, lanes,
+                               settings.http_limits.unsent_bytes(), settings.http_restrictions, self.lanes,
                                header_forward(settings.http_header_forward), openai,
                                restriction_guard(settings.openai.restrictions))
 
@@ -218,10 +226,12 @@ class ProtocolAdapters:
         return tasks
 
     def stops(self, timeout: float) -> list:
-        """Awaitables that stop each adapter, draining its requests for at most ``timeout`` seconds."""
-        if self.proxy is not None:
-            return [self._stop_proxied_port(timeout)]
-        return self._stops_behind_proxy(timeout)
+        """Awaitables that stop each adapter, draining its requests for at most ``timeout`` seconds (with the lanes,
+        one that drains them all, the lanes around them)."""
+        stops = [self._stop_proxied_port(timeout)] if self.proxy is not None else self._stops_behind_proxy(timeout)
+        if self.lanes is not None:
+            return [self.lanes.drain(stops, timeout)]
+        return stops
 
     def _stops_behind_proxy(self, timeout: float) -> list:
         stops = [self.http.stop(timeout)] if self.http is not None else []

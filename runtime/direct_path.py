@@ -4,7 +4,8 @@ The core decides which model versions may be served so (:meth:`InferenceService.
 end what it needs as data: the model's declared inputs and outputs, the worker's channel (a socket and a buffer the
 worker maps), a way to hear when the model's own queue is idle, and a way to add what it served to the model's
 statistics. The front end serves a request that way only where the core would have served it the same (see
-``runtime/grpc/native_lane.h``: the native gRPC edge's lanes); anything else goes through the core as before.
+``runtime/native/lane.h``: the lanes both adapters hand plain requests to); anything else goes through the core as
+before.
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ class LaneRequest:
 
 
 class DirectLanes(Protocol):
-    """What the HTTP route hands a lone request with binary tensors to (the native edge's lanes,
-    ``runtime/grpc/native_lanes.py``): served past the core where the model's lane takes it."""
+    """What the HTTP route hands a lone request with binary tensors to (the lanes, ``runtime/native/lanes.py``):
+    served past the core where the model's lane takes it."""
 
     def take_http(self, model: str, version: str, request_id: str, inputs: list[tuple[str, str, list[int], int]],
                   outputs: list[str], chunks: list[bytes], header_length: int) -> LaneRequest | None:

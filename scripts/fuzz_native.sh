@@ -23,7 +23,7 @@ seconds="${FUZZ_SECONDS:-60}"
 status=0
 for target in lane_request:$((seconds * 2 / 3)) json_numbers:$((seconds - seconds * 2 / 3)); do
   name="${target%%:*}"
-  "$compiler" -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  "$compiler" -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. \
     "tests/fuzz/${name}_fuzzer.cc" -o "$work/${name}_fuzzer"
   mkdir "$work/found-$name"
   "$work/${name}_fuzzer" -max_total_time="${target##*:}" -timeout=10 -rss_limit_mb=2048 \

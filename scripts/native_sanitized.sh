@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 tar -C "$root" --exclude=./.venv --exclude=./.git --exclude=./build --exclude='*.so' -cf - . | tar -C "$work" -xf -
 cd "$work"
 NATIVE_EDGE_SANITIZE=1 "$python" setup.py -q build_ext --inplace >build.log 2>&1 || { cat build.log; exit 1; }
-ls runtime/grpc/_native_edge*.so runtime/http/_json_numbers*.so >/dev/null
+ls runtime/grpc/_native_edge*.so runtime/native/_native_lanes*.so runtime/http/_json_numbers*.so >/dev/null
 asan="$(gcc -print-file-name=libasan.so)"
 ubsan="$(gcc -print-file-name=libubsan.so)"
 # Python's own allocations are not leaks ASan can judge; a report of any other kind ends the process that made it.
@@ -22,8 +22,8 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export REQUIRE_NATIVE_GRPC_EDGE=1
 status=0
 LD_PRELOAD="$asan:$ubsan" "$python" -m pytest -p no:cacheprovider -q \
-  tests/test_grpc_native.py tests/test_grpc_native_codec.py tests/test_native_pickle.py tests/test_native_lane_request.py \
-  tests/test_json_numbers.py tests/test_json_data.py tests/e2e/test_native_lanes.py tests/e2e/test_http_lanes.py \
+  tests/test_grpc_native.py tests/test_grpc_native_codec.py tests/test_worker_pickle.py tests/test_lane_request.py \
+  tests/test_lanes.py tests/test_json_numbers.py tests/test_json_data.py tests/e2e/test_native_lanes.py tests/e2e/test_http_lanes.py \
   tests/e2e/test_lanes_refuse_as_the_core.py tests/e2e/test_grpc_compression.py tests/e2e/test_grpc_threads.py \
   "$@" || status=$?
 # A server that a sanitizer stopped wrote its report to its log: fail on any, whatever the tests said.

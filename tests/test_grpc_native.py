@@ -353,3 +353,27 @@ def test_a_server_dropped_while_it_serves_neither_crashes_nor_holds_the_process_
     done = subprocess.run([sys.executable, "-c", DROPPED_WHILE_SERVING], cwd=ROOT, capture_output=True, text=True,
                           timeout=30)
     assert "serving" in done.stdout and done.returncode == 0, (done.returncode, done.stderr[-2000:])
+
+
+def test_the_edge_takes_only_a_lane_table_built_from_its_own_headers():
+    """The lanes' module and the edge run one set of headers on shared objects: the table's capsule carries their
+    digest, and the edge refuses anything else rather than misread it."""
+    import ctypes
+    import importlib
+
+    edge_module = importlib.import_module("runtime.grpc._native_edge")
+    lanes_module = importlib.import_module("runtime.native._native_lanes")
+    assert edge_module.LANES_CAPSULE_NAME == lanes_module.CAPSULE_NAME
+    assert edge_module.LANES_CAPSULE_NAME.startswith("runtime.native.LaneTable/")
+    table = lanes_module.LaneTable()
+    edge = edge_module.Edge("127.0.0.1:0", [], lanes=table.capsule())
+    try:
+        assert edge.port > 0
+    finally:
+        edge.shutdown(0)
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    other_build = b"runtime.native.LaneTable/0000000000000000"
+    for stranger in (table, new_capsule(id(table), other_build, None)):  # not a capsule; another build's
+        with pytest.raises((TypeError, ValueError)):
+            edge_module.Edge("127.0.0.1:0", [], lanes=stranger)

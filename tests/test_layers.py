@@ -29,7 +29,8 @@ def test_runtime_never_imports_handlers_or_bootstrap():
 
 # The layers, top to bottom (../shared/architecture.md): a module imports only from its own layer or those below.
 # Models build their schedulers, so models sit over scheduling; the OpenAI adapter uses the HTTP adapter's
-# helpers and is mounted beside it by runtime/adapters.py; handlers implement runtime/handler.py's contract.
+# helpers and is mounted beside it by runtime/adapters.py; both adapters hand plain requests to the native data path
+# (runtime/native), which knows the core only by its interface; handlers implement runtime/handler.py's contract.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("bootstrap",),
     ("runtime.server",),
@@ -38,6 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runtime.openai",),
     ("runtime.listen",),
     ("runtime.http", "runtime.grpc"),
+    ("runtime.native",),
     ("runtime.api", "runtime.auth", "runtime.restricted_api", "runtime.header_forward"),
     ("runtime.core", "runtime.responses", "runtime.validation"),
     ("runtime.extensions",),

@@ -29,7 +29,7 @@ INLINE = -1
 
 
 def _request(key: int, shape: tuple, data: bytes, request_id: str = "r") -> tuple:
-    """A direct batch's request as the lanes write one (native_lane_request.h)."""
+    """A direct batch's request as the lanes write one (runtime/native/lane_request.h)."""
     return (key, [("IN", "FP32", shape, INLINE, 0, len(data), data)], request_id, [], "{}", 0, 0, 0, (), -1)
 
 

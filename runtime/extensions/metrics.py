@@ -98,7 +98,7 @@ def _histogram(metric: Metric, labels: dict[str, str], snapshot: tuple) -> None:
 
 
 def _lane_metrics(models: list[ModelVersion]) -> Iterator[Metric]:
-    """The native lanes (runtime/grpc/native_lanes.py): whether plain requests to a model go past its scheduler."""
+    """The native lanes (runtime/native/lanes.py): whether plain requests to a model go past its scheduler."""
     lanes = [(_labels(model), model.stats.lanes()) for model in models]
     yield _metric("serverless_triton_lane_open", "gauge", "Native lanes open to the model's worker (1: a lone plain "
                   "request may be served past the scheduler)", [(labels, open_) for labels, (open_, _, _) in lanes])

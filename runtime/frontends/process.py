@@ -42,7 +42,7 @@ async def serve(link: socket.socket, control: socket.socket) -> int:
         loop.add_signal_handler(signum, stop.set)
     service = RemoteService(link, control, on_lost=stop.set)
     await service.connect()
-    adapters = ProtocolAdapters(service, settings.adapters, reuse_port=True)
+    adapters = ProtocolAdapters(service, settings.adapters, reuse_port=True, direct_paths=False)  # remote: none
     try:
         await adapters.start()
     except OSError as exc:

@@ -15,24 +15,26 @@ import asyncio
 import importlib
 import importlib.util
 import logging
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
-from runtime.api import InferenceApi
+from runtime.direct_path import SERVE_AGAIN
+from runtime.errors import ServingError, Status
 from runtime.grpc.call_context import CallEnded, ServicerCallContext
 from runtime.grpc.codec import (
     PLAIN_FORM_FIELDS,
     RAW_INPUT_FIELD,
     RawResponse,
     SplitInferRequest,
+    encode_infer_response,
     plain_infer_request,
 )
-from runtime.grpc.native_lanes import NativeLanes
-from runtime.grpc.service import InferenceServicer, Undecodable, details, tolerant_deserializer
+from runtime.grpc.service import GRPC_STATUS, InferenceServicer, Undecodable, details, tolerant_deserializer
+from runtime.native.lanes import NativeLanes
 from runtime.protocol import service_pb2
+from runtime.types import InferResponse
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,9 @@ _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 # Raw input contents handed over as views from this many bytes on (a request's together); smaller ones are
 # parsed with the message: views cost 3.5 µs more than copies for add_sub's two 16-byte tensors.
 SPLIT_MIN_BYTES = 64 * 1024
+# The gRPC code a lane answers a model's error with, by the core's status (as the servicer maps it).
+LANE_STATUS_CODES = [(status.value, GRPC_STATUS.get(status, GRPC_STATUS[Status.INTERNAL]).value[0])
+                     for status in Status]
 
 
 class _Method:
@@ -72,9 +77,9 @@ class NativeGrpcServer:
 
     def __init__(self, servicer: InferenceServicer, options: list[tuple[str, Any]], max_streams: int,
                  check_call: Callable[[str, Any], CallEnded | None],
-                 receive_into: Callable[[int], Any] | None = None, lanes_of: InferenceApi | None = None) -> None:
-        """``lanes_of``: the core whose direct paths plain ModelInfer calls take past the loop (native_lanes.py),
-        where every such call would run (no token, no restriction)."""
+                 receive_into: Callable[[int], Any] | None = None, lanes: NativeLanes | None = None) -> None:
+        """``lanes``: where plain ModelInfer calls go past the loop (runtime/native/lanes.py), where every such call
+        would run (no token, no restriction); they are started and drained by their owner."""
         if not NATIVE_EDGE_BUILT:
             raise RuntimeError("the native gRPC edge is not built (libgrpc++ was not found at install)")
         self.native = importlib.import_module("runtime.grpc._native_edge")
@@ -96,18 +101,27 @@ class NativeGrpcServer:
         self.decode_methods = [f"/{descriptor.full_name}/{method.name}" for method in descriptor.methods
                                if method.input_type.name == "ModelInferRequest" and not method.client_streaming]
         self.edge: Any = None
-        self.lanes_of = lanes_of
-        self.lanes: NativeLanes | None = None
+        self.lanes = lanes
         self._unary: dict[int, asyncio.Task] = {}  # call id -> its task, while it runs
         self._streams: dict[int, NativeStream] = {}
 
     def add_insecure_port(self, address: str) -> int:
         """Bind ``address`` and start taking calls (they wait in the edge until :meth:`start`); 0: not bound."""
         self.edge = self.native.Edge(address, self.options, self.split_methods, RAW_INPUT_FIELD, SPLIT_MIN_BYTES,
-                                     self.decode_methods)
-        if self.lanes_of is not None:
-            self.lanes = NativeLanes(self.native, self.edge, self.lanes_of, self.loop, _finish_ok, self._start)
+                                     self.decode_methods, self._lane_table(), LANE_STATUS_CODES)
         return self.edge.port
+
+    def _lane_table(self) -> Any:
+        """The lanes' table for the edge; None (no lanes) where there are none, or where the lanes' module was
+        built from other headers than the edge (a stale build: refused by the capsule's name)."""
+        if self.lanes is None:
+            return None
+        if self.native.LANES_CAPSULE_NAME != self.lanes.native.CAPSULE_NAME:
+            logger.warning("the native lanes and the gRPC edge were built from different sources: gRPC calls go "
+                           "through the core (reinstall the package)")
+            self.lanes = None
+            return None
+        return self.lanes.table_capsule()
 
     def adopt_connection(self, fd: int) -> bool:
         """Serve a connection accepted elsewhere (the one port's: ``runtime/listen/port_acceptor.py``) as the
@@ -116,49 +130,22 @@ class NativeGrpcServer:
 
     async def start(self) -> None:
         self.loop.add_reader(self.edge.fileno(), self._take_events)
-        if self.lanes is not None:
-            self.lanes.start()
 
     async def stop(self, grace: float | None) -> bool:
-        """Stop taking calls, let those running finish for ``grace`` seconds, then cancel the rest; False where a
-        lane was still serving a request at the deadline (the core's drain counts the others as cut off)."""
+        """Stop taking calls, let those running finish for ``grace`` seconds (those lanes serve among them), then
+        cancel the rest."""
         grace = 0.0 if grace is None else grace
-        busy_at_deadline = False
-
-        lanes = self.lanes
-
-        def check_deadline() -> None:
-            nonlocal busy_at_deadline
-            busy_at_deadline = lanes is not None and lanes.busy()
-
-        deadline_check = None
-        if lanes is not None:
-            lanes.stop()
-            deadline_check = self.loop.call_later(grace, check_deadline)
-        started = time.monotonic()
         await asyncio.to_thread(self.edge.shutdown, grace)
         self._take_events()  # the cancellations of calls cut off, calls given back by lanes
-        cut_off = False
-        if lanes is not None and deadline_check is not None:
-            await lanes.quiet(max(0.0, grace - (time.monotonic() - started)))
-            self._take_events()  # an outcome the edge holds but the loop's reader has not taken yet
-            deadline_check.cancel()
-            cut_off = busy_at_deadline or lanes.busy()  # busy now: the deadline had not come, or it ran past
-            lanes.close()
         self.loop.remove_reader(self.edge.fileno())
         for task in [*self._unary.values(), *(stream.task for stream in self._streams.values())]:
             if task is not None:
                 task.cancel()
-        return not cut_off
+        return True
 
     def _take_events(self) -> None:
         for call, kind, payload in self.edge.take(self.receive_into):
-            if call is None:  # a lane is free again, or an HTTP request's outcome (no call): only with lanes
-                lanes = self.lanes
-                if lanes is not None and kind == self.native.HTTP:
-                    lanes.http_outcome(payload)
-                elif lanes is not None and kind == self.native.LANE_FREE:
-                    lanes.freed(payload)  # UNREADABLE: its call was ended natively
+            if call is None:  # UNREADABLE: its call was ended natively
                 continue
             try:
                 self._event(call, kind, payload)
@@ -171,7 +158,7 @@ class NativeGrpcServer:
         if kind == native.START:
             self._start(call, payload)
         elif kind == native.LANE and self.lanes is not None:  # only lanes hand calls back
-            self.lanes.hand_back(call, payload)
+            self._hand_back(call, payload)
         elif kind == native.CANCEL:
             task = self._unary.get(call.id)
             if task is not None:
@@ -183,6 +170,22 @@ class NativeGrpcServer:
                 stream.read_done(payload)
             else:
                 stream.write_done(payload)
+
+    def _hand_back(self, call: Any, payload: tuple) -> None:
+        """A call a lane gave back, finished in the core's words (the lanes' settle), or served afresh."""
+        assert self.lanes is not None
+        fields, original = payload
+
+        def settled(outcome: object) -> None:
+            if outcome is SERVE_AGAIN:
+                self._start(call, original)
+            elif isinstance(outcome, ServingError):
+                call.finish(GRPC_STATUS.get(outcome.status, GRPC_STATUS[Status.INTERNAL]).value[0],
+                            details(outcome.message), None)
+            else:
+                _finish_ok(call, encode_infer_response(cast(InferResponse, outcome)))
+
+        self.lanes.settle(fields, None, settled)
 
     def _start(self, call: Any, payload: bytes | None) -> None:
         method = self.methods.get(call.method)

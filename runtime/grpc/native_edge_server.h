@@ -1,6 +1,7 @@
 // The native edge's grpc++ side (native_edge.cc is Python's): the callback server, each call's reactor, and the
-// queue of events handed to Python through one eventfd; a plain ModelInfer call that a lane takes (native_lane.h)
-// never reaches that queue. No function here takes the GIL.
+// queue of events handed to Python through one eventfd; a plain ModelInfer call that a lane takes
+// (runtime/native/lane.h, from the lane table Python hands the edge) never reaches that queue. No function here takes
+// the GIL.
 #ifndef RUNTIME_GRPC_NATIVE_EDGE_SERVER_H_
 #define RUNTIME_GRPC_NATIVE_EDGE_SERVER_H_
 
@@ -22,16 +23,16 @@
 #include <utility>
 #include <vector>
 
-#include "native_http_lane.h"
 #include "native_inflate.h"
-#include "native_lane.h"
+#include "native_infer_response.h"
 #include "native_wire.h"
+#include "runtime/native/lane_table.h"
 
 namespace native_edge {
 
 // kUnreadable: an event take() could not hand to Python, ended natively (native_edge.cc).
 enum EventKind {
-  kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3, kLane = 4, kLaneFree = 5, kHttp = 6, kUnreadable = 7
+  kStart = 0, kRead = 1, kWriteDone = 2, kCancel = 3, kLane = 4, kUnreadable = 5
 };
 
 class EdgeReactor;
@@ -56,10 +57,8 @@ struct Event {
   std::shared_ptr<CallState> call;
   int kind;
   bool ok;
-  grpc::ByteBuffer payload;
+  grpc::ByteBuffer payload;  // kLane's: the call's message
   std::unique_ptr<native_lane::HandBack> hand_back;  // kLane's
-  uint64_t lane = 0;                                 // kLaneFree's: the lane's number (no call)
-  std::unique_ptr<native_http_lane::HttpAnswer> http;  // kHttp's: an HTTP request's outcome (no call)
 };
 
 class Edge;
@@ -91,8 +90,11 @@ class Edge {
  public:
   Edge(const std::string& address, const std::vector<std::pair<std::string, int>>& arguments,
        const std::vector<std::string>& split_methods, int split_field, size_t split_min_bytes,
-       const std::vector<std::string>& decode_methods)
+       const std::vector<std::string>& decode_methods, std::shared_ptr<native_lane::LaneTable> lanes,
+       const std::vector<std::pair<std::string, int>>& status_codes)
       : service_(this),
+        lanes_(std::move(lanes)),
+        status_codes_(status_codes),
         split_methods_(split_methods.begin(), split_methods.end()),
         decode_methods_(decode_methods.begin(), decode_methods.end()),
         split_field_(split_field),
@@ -138,22 +140,10 @@ class Edge {
   bool Decodes(const std::string& method) const { return decode_methods_.count(method) != 0; }
   int fileno() const { return wake_fd_; }
 
-  // The lanes open (native_lane.h), by model name; null where none.
-  void AddLane(std::shared_ptr<native_lane::Lane> lane) {
-    lane->SetFreed([this](uint64_t id) { Push(Event{nullptr, kLaneFree, true, {}, nullptr, id}); });
-    std::lock_guard<std::mutex> lock(lanes_mu_);
-    lanes_[lane->model()] = std::move(lane);
-    has_lanes_.store(true);
-  }
-  void RemoveLane(const std::shared_ptr<native_lane::Lane>& lane) {
-    std::lock_guard<std::mutex> lock(lanes_mu_);
-    auto found = lanes_.find(lane->model());
-    if (found != lanes_.end() && found->second == lane) lanes_.erase(found);
-    has_lanes_.store(!lanes_.empty());
-  }
-  bool HasLanes() const { return has_lanes_.load(std::memory_order_relaxed); }
+  // Whether a lane is open (the lane table Python handed over; none: no lanes).
+  bool HasLanes() const { return lanes_ && lanes_->HasLanes(); }
   // ModelInfer calls open (from their first byte to their end). A lane takes a call only while it is the only one,
-  // and none overlapped another for kQuietNs (native_lane.h): calls that come together are batched by the core.
+  // and none overlapped another for kQuietNs (runtime/native/lane.h): calls that come together are batched by the core.
   void InferCallStarted() {
     if (infer_calls_.fetch_add(1, std::memory_order_relaxed) >= 1) {
       crowded_at_.store(NowNs(), std::memory_order_relaxed);
@@ -164,21 +154,15 @@ class Edge {
     return infer_calls_.load(std::memory_order_relaxed) == 1 &&
            NowNs() - crowded_at_.load(std::memory_order_relaxed) > kQuietNs;
   }
-  std::shared_ptr<native_lane::Lane> FindLane(std::string_view model) {
-    std::lock_guard<std::mutex> lock(lanes_mu_);
-    auto found = lanes_.find(std::string(model));
-    return found == lanes_.end() ? nullptr : found->second;
+  std::shared_ptr<native_lane::Lane> FindLane(std::string_view model) { return lanes_ ? lanes_->Find(model) : nullptr; }
+  // The gRPC code the adapter answers the core's status ``name`` with (runtime/grpc/service.py's GRPC_STATUS).
+  grpc::StatusCode StatusCode(std::string_view name) const {
+    for (const auto& [status, code] : status_codes_) {
+      if (status == name) return static_cast<grpc::StatusCode>(code);
+    }
+    return grpc::StatusCode::INTERNAL;
   }
   uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
-  // How a lane's HTTP request reaches Python: a kHttp event.
-  native_http_lane::HttpReply::Deliver HttpDeliver() {
-    return [this](std::unique_ptr<native_http_lane::HttpAnswer> outcome) {
-      Event event{nullptr, kHttp, true, {}, nullptr};
-      event.http = std::move(outcome);
-      Push(std::move(event));
-    };
-  }
-
   // Any thread: queue an event, and wake the loop unless a wake-up is already on its way.
   void Push(Event&& event) {
     bool wake;
@@ -232,6 +216,8 @@ class Edge {
 
  private:
   EdgeService service_;
+  std::shared_ptr<native_lane::LaneTable> lanes_;  // null: no lanes
+  std::vector<std::pair<std::string, int>> status_codes_;
   std::unordered_set<std::string> split_methods_;
   std::unordered_set<std::string> decode_methods_;  // split methods whose ModelInferRequests are read here
   int split_field_;
@@ -245,9 +231,6 @@ class Edge {
   std::mutex mu_;
   std::vector<Event> pending_;
   bool signaled_ = false;
-  std::mutex lanes_mu_;
-  std::unordered_map<std::string, std::shared_ptr<native_lane::Lane>> lanes_;
-  std::atomic<bool> has_lanes_{false};
   static constexpr int64_t kQuietNs = 10'000'000;
   // Python's argument for the bytes all calls may be inflating at once (not grpc's: the edge keeps it).
   static constexpr const char* kInflatingMaxBytes = "serverless.inflating_max_bytes";
@@ -261,18 +244,31 @@ class Edge {
   std::atomic<int64_t> crowded_at_{0};
 };
 
-// A lane's way to end a call it took: as Call::finish does, or given back to Python as a kLane event.
+// A lane's way to end a call it took: as Call::finish does (a ModelInferResponse written as native_infer_response.h
+// writes the core's; the model's error with its status's gRPC code and its message as it is, as
+// runtime/grpc/service.py answers it), or given back to Python as a kLane event with the call's message (the read
+// buffer, which nothing else touches while a lane holds the call).
 class CallReply : public native_lane::Reply {
  public:
   CallReply(Edge* edge, std::shared_ptr<CallState> state) : edge_(edge), state_(std::move(state)) {}
   void GiveBack(std::unique_ptr<native_lane::HandBack> hand_back) override {
-    edge_->Push(Event{state_, kLane, true, {}, std::move(hand_back)});
+    Event event{state_, kLane, true, {}, std::move(hand_back)};
+    {
+      std::lock_guard<std::recursive_mutex> lock(state_->mu);
+      event.payload.Swap(&state_->read_buffer);
+    }
+    edge_->Push(std::move(event));
   }
   void Write(const native_lane::LaneSpec& lane, const std::string& id, const native_lane::Answer& answer) override {
     if (answer.kind == native_lane::Answer::kResponse) {
-      message_ = native_lane::Response(lane, id, answer.outs);
+      std::vector<native_infer_response::OutputView> views;
+      views.reserve(answer.outs.size());
+      for (const native_lane::Produced* out : answer.outs) {
+        views.push_back({out->name, out->datatype, &out->shape, out->data});
+      }
+      message_ = native_infer_response::Write(lane.model, lane.version, id, views);
     } else {
-      status_ = native_lane::ErrorStatus(lane, answer);
+      status_ = grpc::Status(edge_->StatusCode(answer.status_name), std::string(answer.message));
       failed_ = true;
     }
   }
@@ -325,7 +321,7 @@ inline bool ServedByLane(Edge* edge, const std::shared_ptr<CallState>& state, gr
     if (!lane || !found()) return false;
   }
   std::unique_ptr<native_lane::Reply> reply = std::make_unique<CallReply>(edge, state);
-  return lane->Take(state.get(), request, pieces, raws, buffer, reply);
+  return lane->Take(state.get(), request, pieces, raws, reply);
 }
 
 inline EdgeReactor::EdgeReactor(Edge* edge, grpc::GenericCallbackServerContext* context, uint64_t id)

@@ -72,7 +72,8 @@ struct OutputView {
 };
 
 // A ModelInferResponse's bytes, in the order (and with the packing) protobuf's own serializer writes them, into one
-// grpc slice: each output's bytes copied once (the core's answer, native_edge.cc; a lane's, native_lane_answer.h).
+// grpc slice: each output's bytes copied once (the core's answer, native_edge.cc; a lane's, native_edge_server.h's
+// CallReply).
 inline grpc::ByteBuffer Write(std::string_view model, std::string_view version, std::string_view id,
                               const std::vector<OutputView>& outputs) {
   std::vector<std::pair<size_t, size_t>> sizes;  // each output's packed shape and InferOutputTensor message

@@ -11,7 +11,6 @@ import grpc
 
 from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
-from runtime.direct_path import DirectLanes
 from runtime.errors import Unauthenticated
 from runtime.grpc.call_context import CallEnded
 from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, GrpcLimits
@@ -19,6 +18,7 @@ from runtime.grpc.native import INFLATING_MAX_BYTES, NATIVE_EDGE_BUILT, NativeGr
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
 from runtime.grpc.threaded import ThreadedGrpcServer, serialize_response
 from runtime.header_forward import HeaderForward
+from runtime.native.lanes import NativeLanes
 from runtime.protocol import service_pb2
 from runtime.restricted_api import RestrictedApis
 
@@ -118,13 +118,16 @@ def create_grpc_server(
     reuse_port: bool = False,
     restrictions: RestrictedApis | None = None,
     header_forward: HeaderForward | None = None,
+    lanes: NativeLanes | None = None,
 ) -> grpc.aio.Server | ThreadedGrpcServer | NativeGrpcServer:
     """A bound (not yet started) server serving GRPCInferenceService on ``address``: the native edge
     (``runtime/grpc/native.py``) when ``limits.native_edge`` and it is built, else grpcio's thread-pool server over
     the running loop (``runtime/grpc/threaded.py``), or grpc.aio when ``limits.infer_threads`` is 0;
     ``reuse_port``: one of several processes serving the port (SO_REUSEPORT), as front-end processes do;
     ``restrictions``: API groups refused without their metadata (``--grpc-restricted-protocol``);
-    ``header_forward``: the metadata infer requests carry as parameters (no lanes then: they would not see it)."""
+    ``header_forward``: the metadata infer requests carry as parameters (no lanes then: they would not see it);
+    ``lanes``: where the native edge hands plain ModelInfer calls past the loop, where every such call would run (no
+    token, no restriction, no forwarded metadata: the edge's lanes check none)."""
     limits = limits or GrpcLimits()
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -141,10 +144,10 @@ def create_grpc_server(
         logger.warning("the native gRPC edge is not built (libgrpc++ was not found when the package was installed):"
                        " gRPC is served by grpcio")
     if limits.native_edge and NATIVE_EDGE_BUILT:
-        lanes = limits.native_lanes and auth is None and header_forward is None and (
+        lanes_serve = auth is None and header_forward is None and (
             restrictions is None or restrictions.restriction(GROUP_BY_METHOD["ModelInfer"]) is None)
         server = NativeGrpcServer(servicer, [*options, (INFLATING_MAX_BYTES, limits.streams_max_bytes)],
-                                  limits.max_streams, check_call, service.tensor_buffer, service if lanes else None)
+                                  limits.max_streams, check_call, service.tensor_buffer, lanes if lanes_serve else None)
     elif limits.infer_threads:
         server = ThreadedGrpcServer(servicer, options, limits.infer_threads, limits.max_streams, check_call)
     else:
@@ -154,11 +157,6 @@ def create_grpc_server(
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")
     return server
-
-
-def direct_lanes(server: Any) -> DirectLanes | None:
-    """The lanes of a server ``create_grpc_server`` made, where it has them (the native edge's)."""
-    return server.lanes if isinstance(server, NativeGrpcServer) else None
 
 
 def create_servicer(service: InferenceApi, limits: GrpcLimits,

@@ -12,6 +12,7 @@ from runtime.api import InferenceApi
 from runtime.errors import InvalidArgument, ServingError, Status, Unavailable, Unsupported
 from runtime.grpc.byte_gate import DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAMS_MAX_BYTES, ByteGate, StreamBytes
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
+from runtime.grpc.limits import MAX_DETAILS_BYTES
 from runtime.grpc.stream_order import ResponseOrder
 from runtime.header_forward import HeaderForward
 from runtime.protocol import service_pb2
@@ -39,8 +40,6 @@ FINAL_RESPONSE = "triton_final_response"  # marks each stream response that ends
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 # Triton 2.58's words (server #7969) for a request that reaches the gRPC endpoint once its drain began
 SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."
-# Status details travel percent-encoded in a trailer; clients refuse trailers past 8 KiB in all.
-MAX_DETAILS_BYTES = 1024
 
 
 class Undecodable:

@@ -1,7 +1,7 @@
-"""Lone HTTP infer requests with binary tensors served on the native edge's lanes (runtime/http/lane_route.py,
-native_http_lane.h): each answer byte for byte the core's (the same outputs asked of the core with the input as JSON
-data, which never takes a lane), whatever the model does, counted in the model's statistics; every request a lane
-cannot serve exactly so still served by the core.
+"""Lone HTTP infer requests with binary tensors served on the lanes (runtime/http/lane_route.py,
+runtime/native/http_lane.h): each answer byte for byte the core's (the same outputs asked of the core with the input
+as JSON data, which never takes a lane), whatever the model does, counted in the model's statistics; every request a
+lane cannot serve exactly so still served by the core; with gRPC served otherwise or not at all, the same.
 
 Which served a request is read from the metrics (``serverless_triton_lane_requests_total``, ``_lane_executing``,
 ``_lane_open``), so that each test here fails with the lanes off (``--grpc-native-lanes false``); and a lane's
@@ -245,3 +245,15 @@ def test_the_lanes_serve_the_one_port_as_they_serve_the_two(one_port_server):
             client.close()
 
     assert served_on_lane(server, grpc_call) == (2 * SMALL).tolist()
+
+
+@pytest.mark.parametrize("grpc", [["--no-grpc"], ["--grpc-native-edge", "false"]],
+                         ids=["without gRPC", "beside grpcio"])
+def test_the_lanes_serve_http_whatever_serves_grpc(tmp_path, grpc):
+    """The lanes are the data path's, not the gRPC edge's: with gRPC off, or served by grpcio, a lone binary HTTP
+    request is still answered on a lane, byte for byte as the core answers it."""
+    write_model(tmp_path / "models", "lanes", CONFIG, {"1/model.py": MODEL})
+    with ServerProcess(tmp_path / "models", *grpc, strict=True, env={"LANES_MARK": str(tmp_path / "mark")}) as server:
+        status, headers, body = served_on_lane(server, lambda: _post(server, LARGE, ["SAME"], binary_input=True))
+        assert status == 200 and (status, headers, body) == _post(server, LARGE, ["SAME"], binary_input=False)
+        assert "the native lanes" not in server.log()

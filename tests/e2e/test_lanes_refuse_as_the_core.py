@@ -1,4 +1,4 @@
-"""Hostile requests a lane could take (the native edge's lanes, native_lane.h and native_wire.h) answered exactly as
+"""Hostile requests a lane could take (runtime/native/lane.h, and runtime/grpc/native_wire.h) answered exactly as
 the core answers them: the same request to a server with lanes and to one without gets the same answer, and the
 server and the model's worker live through it (reliability checklist 35 and 36).
 

@@ -1,5 +1,5 @@
-"""Plain gRPC ModelInfer calls to a Python model served on the native edge's lanes (runtime/grpc/native_lanes.py,
-native_lane.h): answered as the core answers them over HTTP, whatever the model does (an error, response parameters,
+"""Plain gRPC ModelInfer calls to a Python model served on the native edge's lanes (runtime/native/lanes.py,
+lane.h): answered as the core answers them over HTTP, whatever the model does (an error, response parameters,
 a missing output, a worker that dies or hangs), counted in the model's statistics, and every call a lane cannot
 serve exactly so still served by the core.
 
@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from runtime.grpc.native import NATIVE_EDGE_BUILT
-from runtime.grpc.native_lanes import IDLE_RECONCILE_SECONDS, RECONCILE_SECONDS
+from runtime.native.lanes import IDLE_RECONCILE_SECONDS, RECONCILE_SECONDS
 from runtime.server import EXIT_CUT_OFF
 from tests.support import ServerProcess, python_model_source, write_model
 

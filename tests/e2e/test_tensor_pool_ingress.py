@@ -1,6 +1,6 @@
 """Large inputs received straight into shared memory and read there by the Python worker: the server's tensor pool
 (runtime/tensor_pool.py) over HTTP (a body of several chunks is joined into it) and gRPC through the core (the
-native edge copies the message's tensors into it), or over gRPC on a lane (runtime/grpc/native_lanes.py) the
+native edge copies the message's tensors into it), or over gRPC on a lane (runtime/native/lanes.py) the
 lane's buffer: the model finds its input in that memory (its mapping in /proc/self/maps) at an address that is a
 multiple of 64 (numpy runs its loops slower on a misaligned array), and answers it back intact. Small inputs are
 copied as before."""

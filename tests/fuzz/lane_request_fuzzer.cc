@@ -1,7 +1,7 @@
 // A coverage-guided fuzz target (libFuzzer) over what a native lane reads from clients: a ModelInferRequest's raw
 // contents split out (native_wire.h SplitRawField), its plain form (ParsePlainInferRequest), the lane's accept rule
-// (native_lane_request.h Accepts) against three models, and the worker's message written for an accepted request
-// (BatchMessage), read back by the pickle reader the lane reads answers with (native_pickle.h Read). Every request a
+// (runtime/native/lane_request.h Accepts) against three models, and the worker's message written for an accepted request
+// (BatchMessage), read back by the pickle reader the lane reads answers with (worker_pickle.h Read). Every request a
 // lane accepts must hold what the core checks (reliability checklist 35): strings UTF-8, each element count at most
 // 2^40 and computed without wrapping, raw sizes that add up, a batch size read off an input that exists.
 //
@@ -17,9 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "../../runtime/grpc/native_lane_request.h"
-#include "../../runtime/grpc/native_pickle.h"
-#include "../../runtime/grpc/native_wire.h"
+#include "runtime/grpc/native_wire.h"
+#include "runtime/native/lane_request.h"
+#include "runtime/native/plain_request.h"
+#include "runtime/native/worker_pickle.h"
 
 namespace {
 

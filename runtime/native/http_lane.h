@@ -1,10 +1,10 @@
-// An HTTP request's side of a native lane (native_lane.h): a lone infer request with binary tensors that the HTTP
+// An HTTP request's side of a native lane (lane.h): a lone infer request with binary tensors that the HTTP
 // route hands over (runtime/http/lane_route.py) is served by its model's lane, straight from the body's chunks to
 // the worker's buffer, and its answer is written here as the route writes one (runtime/http/codec.py's
 // encode_infer_response: the JSON header, then each output's bytes), off the event loop; it reaches Python through
-// the edge's events (native_edge_server.h). No function here takes the GIL.
-#ifndef RUNTIME_GRPC_NATIVE_HTTP_LANE_H_
-#define RUNTIME_GRPC_NATIVE_HTTP_LANE_H_
+// the lane table's events (lane_table.h). No function here takes the GIL.
+#ifndef RUNTIME_NATIVE_HTTP_LANE_H_
+#define RUNTIME_NATIVE_HTTP_LANE_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include <string_view>
 #include <utility>
 
-#include "native_lane.h"
+#include "lane.h"
 
 namespace native_http_lane {
 
@@ -91,7 +91,7 @@ inline std::string Body(const native_lane::LaneSpec& lane, const std::string& id
   return body;
 }
 
-// How a lane ends an HTTP request: its outcome handed to ``deliver`` (the edge's events to Python).
+// How a lane ends an HTTP request: its outcome handed to ``deliver`` (the lane table's events to Python).
 class HttpReply : public native_lane::Reply {
  public:
   using Deliver = std::function<void(std::unique_ptr<HttpAnswer>)>;
@@ -126,4 +126,4 @@ class HttpReply : public native_lane::Reply {
 
 }  // namespace native_http_lane
 
-#endif  // RUNTIME_GRPC_NATIVE_HTTP_LANE_H_
+#endif  // RUNTIME_NATIVE_HTTP_LANE_H_

@@ -1,30 +1,41 @@
-"""runtime/grpc/native_lanes.py at shutdown: an HTTP request a lane took ends with its outcome, or, cut off, with an
-error; never left waiting. The edge here is a stand-in that takes every request: what is under test is the order in
+"""runtime/native/lanes.py at shutdown: an HTTP request a lane took ends with its outcome, or, cut off, with an error;
+never left waiting. The lane table here is a stand-in that takes every request: what is under test is the order in
 which the Python side takes outcomes and closes, which a real lane reaches only through a race (it is free again a
 moment before it hands its outcome over; tests/e2e/test_http_lanes.py's drain test met it)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+from types import SimpleNamespace
 
 from runtime.direct_path import LaneAnswer
 from runtime.errors import Status, Unavailable
-from runtime.grpc.native_lanes import NativeLanes
+from runtime.native.lanes import NativeLanes
 
 
-class TakingEdge:
-    """Takes every HTTP request; its outcome comes when the test delivers it."""
+class TakingTable:
+    """Takes every HTTP request; its outcome comes when the test delivers it (never as the table's event)."""
+
+    def __init__(self) -> None:
+        self.read_end, self.write_end = os.pipe()
+
+    def fileno(self) -> int:
+        return self.read_end
+
+    def take(self) -> list:
+        return []
 
     def take_http(self, *request: object) -> bool:
         return True
 
-    def remove_lane(self, lane: object) -> None:
+    def remove(self, lane: object) -> None:
         pass
 
 
 def _lanes(loop: asyncio.AbstractEventLoop) -> NativeLanes:
-    return NativeLanes(native=None, edge=TakingEdge(), service=None,  # type: ignore[arg-type] - unused here
-                       loop=loop, finish_ok=lambda call, response: None, serve_again=lambda call, payload: None)
+    native = SimpleNamespace(LaneTable=TakingTable, HTTP=1)
+    return NativeLanes(native=native, service=None, loop=loop, max_error_bytes=1024)  # type: ignore[arg-type]
 
 
 def _take(lanes: NativeLanes):

@@ -1,10 +1,10 @@
 // The part of pickle's format (protocol 5, as Python's C pickler writes it) that the Python worker's messages use:
-// tuples, lists and dicts of None, booleans, ints, floats, str and bytes. The native lane (native_lane.h) writes a
+// tuples, lists and dicts of None, booleans, ints, floats, str and bytes. The native lane (lane.h) writes a
 // batch's message in it and reads the worker's answer without the interpreter; anything else it cannot read. What
-// it reads, Python's pickle reads the same (tests/test_native_pickle.py: round trips, truncations, byte edits); a
+// it reads, Python's pickle reads the same (tests/test_worker_pickle.py: round trips, truncations, byte edits); a
 // str must be UTF-8 without surrogates (pickle's own allow them: such a message is refused here).
-#ifndef RUNTIME_GRPC_NATIVE_PICKLE_H_
-#define RUNTIME_GRPC_NATIVE_PICKLE_H_
+#ifndef RUNTIME_NATIVE_WORKER_PICKLE_H_
+#define RUNTIME_NATIVE_WORKER_PICKLE_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "native_wire.h"
+#include "plain_request.h"
 
 namespace native_pickle {
 
@@ -154,7 +154,7 @@ inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made) {
   auto text = [&](Value::Kind kind, size_t size) -> ValuePtr {
     if (!need(size)) return nullptr;
     std::string_view found = data.substr(pos, size);
-    if (kind == Value::kStr && !native_wire::IsUtf8(found)) return nullptr;
+    if (kind == Value::kStr && !plain_request::IsUtf8(found)) return nullptr;
     auto value = make(kind);
     value->text = found;
     pos += size;
@@ -327,4 +327,4 @@ inline ValuePtr ReadValues(std::string_view data, std::vector<ValuePtr>* made) {
 
 }  // namespace native_pickle
 
-#endif  // RUNTIME_GRPC_NATIVE_PICKLE_H_
+#endif  // RUNTIME_NATIVE_WORKER_PICKLE_H_

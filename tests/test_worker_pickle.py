@@ -1,8 +1,8 @@
-"""The lane's reader of the worker's answers (``native_pickle.h``, through the edge's ``read_pickled``) held to
-Python's pickle: whatever the worker's pickler writes, the reader reads the same or refuses it (the lane then gives
-the request back to the core); whatever it reads from a truncated or edited message, Python's pickle reads the same,
-and it never reads what Python's refuses. The answers are shaped by user model code (names, errors, parameters), so
-every value the format allows is generated, not only the shapes a worker sends today."""
+"""The lane's reader of the worker's answers (``runtime/native/worker_pickle.h``, through the lanes' module's
+``read_pickled``) held to Python's pickle: whatever the worker's pickler writes, the reader reads the same or refuses
+it (the lane then gives the request back to the core); whatever it reads from a truncated or edited message, Python's
+pickle reads the same, and it never reads what Python's refuses. The answers are shaped by user model code (names,
+errors, parameters), so every value the format allows is generated, not only the shapes a worker sends today."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from handlers.python.transport import send_direct
-from runtime.grpc.native import NATIVE_EDGE_BUILT
+from runtime.native.lanes import NATIVE_LANES_BUILT
 
-if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
-    raise RuntimeError("the native gRPC edge is not built (runtime/grpc/_native_edge): see scripts/setup.sh")
-pytestmark = pytest.mark.skipif(not NATIVE_EDGE_BUILT, reason="the native gRPC edge is not built (no libgrpc++)")
+if not NATIVE_LANES_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
+    raise RuntimeError("the native lanes are not built (runtime/native/_native_lanes): see scripts/setup.sh")
+pytestmark = pytest.mark.skipif(not NATIVE_LANES_BUILT, reason="the native lanes are not built (no C++ compiler)")
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL  # as the worker pickles its messages (handlers/python/transport.py)
 INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
@@ -39,7 +39,7 @@ ANSWERS = st.tuples(st.sampled_from(["results", "direct"]), INT64, st.lists(RESU
 
 
 def _read(data: bytes) -> tuple[bool, object]:
-    return importlib.import_module("runtime.grpc._native_edge").read_pickled(data)
+    return importlib.import_module("runtime.native._native_lanes").read_pickled(data)
 
 
 def _same(a: object, b: object) -> bool:
@@ -150,11 +150,11 @@ def test_a_lone_surrogate_pickle_writes_is_refused_not_misread():
 
 
 def test_the_lane_writes_the_workers_own_constants():
-    """The places and markers the lane writes into a batch message (native_lane_request.h) are the Python worker's:
+    """The places and markers the lane writes into a batch message (lane_request.h) are the Python worker's:
     a change on one side without the other fails here, not in an end-to-end test."""
     from handlers.python.transport import INLINE, INLINE_MAX_BYTES, REQUEST_INPUT
     from runtime.direct_path import DIRECT_EXECUTION
 
-    edge = importlib.import_module("runtime.grpc._native_edge")
-    assert (edge.WORKER_INLINE_MAX_BYTES, edge.WORKER_INLINE, edge.WORKER_REQUEST_INPUT,
-            edge.WORKER_DIRECT_EXECUTION) == (INLINE_MAX_BYTES, INLINE, REQUEST_INPUT, DIRECT_EXECUTION)
+    lanes = importlib.import_module("runtime.native._native_lanes")
+    assert (lanes.WORKER_INLINE_MAX_BYTES, lanes.WORKER_INLINE, lanes.WORKER_REQUEST_INPUT,
+            lanes.WORKER_DIRECT_EXECUTION) == (INLINE_MAX_BYTES, INLINE, REQUEST_INPUT, DIRECT_EXECUTION)

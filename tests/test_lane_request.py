@@ -1,5 +1,5 @@
-"""A lane's side of a request (``native_lane_request.h``, through the edge's ``lane_batch_message``) held to Python's,
-on generated requests near a model's declared form and far from it:
+"""A lane's side of a request (``runtime/native/lane_request.h``, through the lanes' module's
+``lane_batch_message``) held to Python's, on generated requests near a model's declared form and far from it:
 
 - the accept rule against runtime/validation.py: every request the lane takes, the core accepts, with the same batch
   size and the same arrays (the lane may decline more: the core then serves it);
@@ -7,7 +7,7 @@ on generated requests near a model's declared form and far from it:
   the same request: read with the worker's own reader, equal field for field and type for type, each input's bytes
   where its reference says (carried in the message, or in the lane's buffer).
 
-Python writes and C++ reads (the worker's answers) is tests/test_native_pickle.py's."""
+Python writes and C++ reads (the worker's answers) is tests/test_worker_pickle.py's."""
 
 from __future__ import annotations
 
@@ -28,14 +28,13 @@ from runtime.config.pbtxt import parse_model_config
 from runtime.datatypes import wire_dtype
 from runtime.direct_path import DIRECT_EXECUTION
 from runtime.errors import InvalidArgument
-from runtime.grpc.native import NATIVE_EDGE_BUILT
-from runtime.grpc.native_lanes import lane_inputs
+from runtime.native.lanes import NATIVE_LANES_BUILT, lane_inputs
 from runtime.types import InferRequest, InferTensor, RequestedOutput
 from runtime.validation import validate_request
 
-if not NATIVE_EDGE_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
-    raise RuntimeError("the native gRPC edge is not built (runtime/grpc/_native_edge): see scripts/setup.sh")
-pytestmark = pytest.mark.skipif(not NATIVE_EDGE_BUILT, reason="the native gRPC edge is not built (no libgrpc++)")
+if not NATIVE_LANES_BUILT and os.environ.get("REQUIRE_NATIVE_GRPC_EDGE"):  # CI: scripts/setup.sh builds it
+    raise RuntimeError("the native lanes are not built (runtime/native/_native_lanes): see scripts/setup.sh")
+pytestmark = pytest.mark.skipif(not NATIVE_LANES_BUILT, reason="the native lanes are not built (no C++ compiler)")
 
 CONFIGS = {
     "batched": """
@@ -67,8 +66,8 @@ DATATYPES = ["FP32", "INT64", "FP16", "BOOL", "UINT8", "FP64", "BYTES", "INT8"]
 
 def _lane_message(spec, buffer_size: int, version: str, request_id: str, inputs: list[tuple], outputs: list[str],
                   batch_id: int):
-    edge = importlib.import_module("runtime.grpc._native_edge")
-    return edge.lane_batch_message(
+    lanes = importlib.import_module("runtime.native._native_lanes")
+    return lanes.lane_batch_message(
         spec.name, "1", lane_inputs(spec), [t.name for t in spec.outputs], spec.max_batch_size, buffer_size,
         BUFFER_SEGMENT, batch_id, spec.name, version, request_id, inputs, outputs)
 
@@ -205,7 +204,7 @@ def test_a_request_in_the_declared_form_is_taken(config):
 @given(batch_id=st.integers(1, (1 << 63) - 1))
 def test_the_lanes_cancel_message_is_the_supervisors(batch_id):
     """C++ writes, Python reads: the worker's inbox takes it as the cancellation of the request under that key."""
-    framed = importlib.import_module("runtime.grpc._native_edge").lane_cancel_message(batch_id)
+    framed = importlib.import_module("runtime.native._native_lanes").lane_cancel_message(batch_id)
     assert struct.unpack("!i", framed[:4])[0] == len(framed) - 4
     key = (-batch_id,)  # the key the lane's batch message gave the request
     assert _same(pickle.loads(framed[4:]), ("cancel", key))  # noqa: S301 - the lane's bytes, written here

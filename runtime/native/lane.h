@@ -1,16 +1,17 @@
-// A native lane: a plain ModelInfer call to a Python-backend model served from grpc's own thread to the model's
-// worker process and back, without the server's interpreter (runtime/grpc/native_lanes.py opens one where the core
-// offers a direct path: runtime/direct_path.py). The lane writes the request's large tensors into a buffer the
-// worker maps, sends the worker the batch's message (native_lane_request.h), reads the answer in a thread of its
-// own and writes the response (native_lane_answer.h). It takes a call only while that call is the only ModelInfer
-// call open at the edge and the model's own queue is idle, so that calls arriving together are batched by the core; a
-// call it cannot serve exactly as the core would (a parameter, any check the core would fail) it declines untouched,
-// and one whose answer it does not write itself it gives back to Python.
-#ifndef RUNTIME_GRPC_NATIVE_LANE_H_
-#define RUNTIME_GRPC_NATIVE_LANE_H_
+// A native lane: a plain infer request to a Python-backend model served from the adapter's own thread (grpc's for a
+// ModelInfer call, the HTTP route's for a lone request with binary tensors) to the model's worker process and back,
+// without the server's interpreter (runtime/native/lanes.py opens one where the core offers a direct path:
+// runtime/direct_path.py). The lane writes the request's large tensors into a buffer the worker maps, sends the
+// worker the batch's message (lane_request.h), reads the answer in a thread of its own and has the request's Reply
+// write it in the protocol's form (lane_answer.h). The adapter hands it a request only while that request is the
+// only one open there, and it takes it only while the model's own queue is idle, so that requests arriving together
+// are batched by the core; a request it cannot serve exactly as the core would (a parameter, any check the core
+// would fail) it declines untouched, and one whose answer it does not write itself it gives back to Python. Nothing
+// here knows a protocol or takes the GIL.
+#ifndef RUNTIME_NATIVE_LANE_H_
+#define RUNTIME_NATIVE_LANE_H_
 
 #include <fcntl.h>
-#include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -34,16 +35,17 @@
 #include <utility>
 #include <vector>
 
-#include "native_lane_answer.h"
-#include "native_lane_request.h"
-#include "native_wire.h"
+#include "lane_answer.h"
+#include "lane_request.h"
+#include "plain_request.h"
 
 namespace native_lane {
 
-// A call the lane gives back to Python (native_lanes.py): ``why`` is "answer" (the worker's answer is one the lane
+// A call the lane gives back to Python (lanes.py): ``why`` is "answer" (the worker's answer is one the lane
 // does not write itself: response parameters, a missing output, a reschedule, a long error; the frame and the
 // inputs that lay in the buffer go with it), "lost" or "timeout" (the worker went away or did not answer in time:
-// Python says so in the core's words, and has a late worker restarted). ``original``: the request's message.
+// Python says so in the core's words, and has a late worker restarted). The request's own message, where Python
+// needs it, is its Reply's to keep.
 struct HandBack {
   uint64_t lane = 0;  // the lane's number (Lane::id)
   std::string why, frame, id;
@@ -51,11 +53,10 @@ struct HandBack {
   std::vector<std::string> requested;
   int64_t batch_size = 0;
   uint64_t elapsed_ns = 0;
-  grpc::ByteBuffer original;
 };
 
-// How the lane ends a call it took, in the call's protocol (native_edge_server.h: a gRPC call's reactor;
-// native_http_lane.h: an HTTP request's answer, through the edge's events to Python).
+// How the lane ends a call it took, in the call's protocol (runtime/grpc/native_edge_server.h: a gRPC call's reactor;
+// http_lane.h: an HTTP request's answer, through the lane table's events to Python).
 class Reply {
  public:
   virtual ~Reply() = default;
@@ -134,7 +135,7 @@ class Lane {
     tell_free_ = true;
     return true;
   }
-  // How the lane tells that it is free again (set by the edge before the lane takes calls).
+  // How the lane tells that it is free again (set by the lane table before the lane takes calls).
   void SetFreed(std::function<void(uint64_t)> freed) { freed_ = std::move(freed); }
   bool Open() const { return open_.load(); }
 
@@ -157,11 +158,10 @@ class Lane {
     WriteAll(CancelMessage(pending_batch_));
   }
 
-  // grpc's thread: serve ``request`` (its raw contents at ``raws`` in ``pieces``; ``original``: the message) here;
-  // false where Python is to (nothing touched).
-  bool Take(const void* call, const native_wire::PlainInferRequest& request, const native_wire::Pieces& pieces,
-            const std::vector<std::pair<size_t, size_t>>& raws, const grpc::ByteBuffer& original,
-            std::unique_ptr<Reply>& reply) {
+  // The adapter's thread: serve ``request`` (its raw contents at ``raws`` in ``pieces``) here, ending it through
+  // ``reply`` (taken from the caller where the lane takes the request); false where Python is to (nothing touched).
+  bool Take(const void* call, const plain_request::PlainInferRequest& request, const plain_request::Pieces& pieces,
+            const std::vector<std::pair<size_t, size_t>>& raws, std::unique_ptr<Reply>& reply) {
     if (!Ready()) return false;
     if (!Accepts(spec_, buffer_size_, request, raws)) return false;
     bool expected = false;
@@ -189,7 +189,6 @@ class Lane {
       requested_.assign(request.outputs.begin(), request.outputs.end());
       placed_ = std::move(placed);
       batch_size_ = spec_.max_batch_size > 0 ? request.inputs[0].shape[0] : 1;
-      original_ = original;
       started_ = started;
       sent_ = std::chrono::steady_clock::now();
     }
@@ -243,7 +242,6 @@ class Lane {
       hand_back->requested = std::move(requested_);
       hand_back->batch_size = batch_size_;
       hand_back->elapsed_ns = Since(started_, std::chrono::steady_clock::now());
-      hand_back->original = std::move(original_);
       if (why == "lost" || why == "timeout") open_.store(false);
     }
     if (reply) reply->GiveBack(std::move(hand_back));  // before the lane is free: Python finds it then
@@ -343,7 +341,6 @@ class Lane {
     std::unique_ptr<Reply> reply = std::move(pending_);
     if (reply) reply->Write(spec_, id_, answer);  // before the buffer is the next call's
     placed_.clear();
-    original_.Clear();
     bool tell = ReleaseLocked();
     if (reply) reply->Send();
     if (tell) freed_(id_number_);
@@ -391,7 +388,7 @@ class Lane {
   static constexpr size_t kKeptBufferBytes = 4 << 20;  // less than this stays mapped and written
   static constexpr uint64_t kIdleBeforeGivingBackNs = 1'000'000'000;
   std::chrono::steady_clock::time_point ended_ = std::chrono::steady_clock::now();  // the last call's end (mu_)
-  uint64_t batch_id_ = 0;  // grpc's threads, one call at a time (busy_)
+  uint64_t batch_id_ = 0;  // the adapters' threads, one call at a time (busy_)
   std::mutex mu_;          // the call under way and the counts
   std::mutex write_mu_;    // the socket's writing end
   std::unique_ptr<Reply> pending_;
@@ -401,7 +398,6 @@ class Lane {
   std::vector<std::string> requested_;
   std::vector<std::pair<size_t, size_t>> placed_;
   int64_t batch_size_ = 0;
-  grpc::ByteBuffer original_;
   std::chrono::steady_clock::time_point started_, sent_;
   std::map<int64_t, Counts> served_;
   uint64_t failed_ = 0, failed_ns_ = 0;
@@ -414,4 +410,4 @@ class Lane {
 
 }  // namespace native_lane
 
-#endif  // RUNTIME_GRPC_NATIVE_LANE_H_
+#endif  // RUNTIME_NATIVE_LANE_H_

@@ -1,12 +1,11 @@
-// A native lane's side of an answer (native_lane.h): the worker's results message read (native_pickle.h) into the
+// A native lane's side of an answer (lane.h): the worker's results message read (worker_pickle.h) into the
 // outputs the core's response would carry (runtime/responses.py: the outputs asked for in the config's order, else
 // every one produced, the config's first), or the model's error; each protocol's reply writes it in its own form
-// (a ModelInferResponse here, an HTTP body in native_http_lane.h). An answer the lane does not write itself
-// (response parameters, a missing output, a reschedule, a long error, anything unexpected) goes back to Python.
-#ifndef RUNTIME_GRPC_NATIVE_LANE_ANSWER_H_
-#define RUNTIME_GRPC_NATIVE_LANE_ANSWER_H_
-
-#include <grpcpp/grpcpp.h>
+// (a ModelInferResponse in runtime/grpc/native_edge_server.h, an HTTP body in http_lane.h). An answer the lane does
+// not write itself (response parameters, a missing output, a reschedule, a long error, anything unexpected) goes back
+// to Python.
+#ifndef RUNTIME_NATIVE_LANE_ANSWER_H_
+#define RUNTIME_NATIVE_LANE_ANSWER_H_
 
 #include <cstdint>
 #include <string>
@@ -14,9 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "native_infer_response.h"
-#include "native_lane_request.h"
-#include "native_pickle.h"
+#include "lane_request.h"
+#include "worker_pickle.h"
 
 namespace native_lane {
 
@@ -48,24 +46,6 @@ inline Answer ModelError(const LaneSpec& lane, const native_pickle::Value& resul
   answer.status_name = status->text;
   answer.message = message->text;
   return answer;
-}
-
-// The gRPC status the adapter answers the model's error with (runtime/grpc/service.py: its status's code, the
-// message as it is).
-inline grpc::Status ErrorStatus(const LaneSpec& lane, const Answer& answer) {
-  int code = static_cast<int>(grpc::StatusCode::INTERNAL);
-  for (const auto& [name, value] : lane.status_codes) {
-    if (name == answer.status_name) code = value;
-  }
-  return grpc::Status(static_cast<grpc::StatusCode>(code), std::string(answer.message));
-}
-
-// The ModelInferResponse's bytes (native_infer_response.h writes them as it writes the core's answer).
-inline grpc::ByteBuffer Response(const LaneSpec& lane, const std::string& id, const std::vector<Produced*>& outs) {
-  std::vector<native_infer_response::OutputView> views;
-  views.reserve(outs.size());
-  for (const Produced* out : outs) views.push_back({out->name, out->datatype, &out->shape, out->data});
-  return native_infer_response::Write(lane.model, lane.version, id, views);
 }
 
 // What the lane answers a request (its ``requested`` outputs, its inputs ``placed`` in ``buffer``) with, from the
@@ -139,4 +119,4 @@ inline Answer ReadAnswer(const LaneSpec& lane, const std::string& frame, const s
 
 }  // namespace native_lane
 
-#endif  // RUNTIME_GRPC_NATIVE_LANE_ANSWER_H_
+#endif  // RUNTIME_NATIVE_LANE_ANSWER_H_

@@ -1,8 +1,8 @@
-// A native lane's side of a request (native_lane.h): whether it serves the call exactly as the core would (the
+// A native lane's side of a request (lane.h): whether it serves the call exactly as the core would (the
 // core's checks of a plain request, runtime/validation.py, where the lane declines anything they would refuse or
 // treat otherwise), and the batch's message for the model's worker, as handlers/python/batch.py writes one.
-#ifndef RUNTIME_GRPC_NATIVE_LANE_REQUEST_H_
-#define RUNTIME_GRPC_NATIVE_LANE_REQUEST_H_
+#ifndef RUNTIME_NATIVE_LANE_REQUEST_H_
+#define RUNTIME_NATIVE_LANE_REQUEST_H_
 
 #include <climits>
 #include <cstdint>
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "native_pickle.h"
-#include "native_wire.h"
+#include "worker_pickle.h"
+#include "plain_request.h"
 
 namespace native_lane {
 
@@ -21,7 +21,7 @@ struct InputSpec {
   size_t element_size = 0;    // 0: a type the lane does not take (BYTES)
 };
 
-// What Python tells a lane about its model (runtime/grpc/native_lanes.py).
+// What Python tells a lane about its model (runtime/native/lanes.py).
 struct LaneSpec {
   std::string model, version;
   std::vector<InputSpec> inputs;
@@ -29,14 +29,13 @@ struct LaneSpec {
   int64_t max_batch_size = 0;
   int64_t buffer_segment = 0;  // the buffer's segment number to the worker
   double timeout_s = 0;
-  std::vector<std::pair<std::string, int>> status_codes;  // the core's status -> gRPC code
-  size_t max_details = 1024;
+  size_t max_details = 1024;  // a longer error message goes back to Python, which cuts it as the adapter does
 };
 
 constexpr size_t kInlineMaxBytes = 16 * 1024;  // transport.py's INLINE_MAX_BYTES
 constexpr int64_t kInline = -1, kRequestInput = -2;  // transport.py's INLINE, REQUEST_INPUT
 constexpr int64_t kDirectExecution = -1;             // runtime/direct_path.py's DIRECT_EXECUTION
-// (the module exports all four as WORKER_*: tests/test_native_pickle.py holds them to Python's)
+// (the module exports all four as WORKER_*: tests/test_worker_pickle.py holds them to Python's)
 constexpr size_t kAlignment = 64;
 constexpr size_t kNotPlaced = SIZE_MAX;
 // What a batch's message may carry (the request's id, names and inline inputs): far below the frame's 2 GiB, so that
@@ -45,7 +44,7 @@ constexpr size_t kMaxMessageBytes = size_t{64} << 20;
 
 // Whether the lane can serve ``request`` exactly as the core would: the model's inputs, each once, of its
 // datatypes and shapes, with as many bytes as those say; outputs the config names; room in the buffer.
-inline bool Accepts(const LaneSpec& lane, size_t buffer_size, const native_wire::PlainInferRequest& request,
+inline bool Accepts(const LaneSpec& lane, size_t buffer_size, const plain_request::PlainInferRequest& request,
                     const std::vector<std::pair<size_t, size_t>>& raws) {
   if (request.model_name != lane.model) return false;
   if (!request.model_version.empty() && request.model_version != lane.version) return false;
@@ -103,8 +102,8 @@ inline bool Accepts(const LaneSpec& lane, size_t buffer_size, const native_wire:
 
 // Batch ``batch_id``'s message, as handlers/python/batch.py's batch_message writes one request's, framed; large
 // inputs copied into ``buffer`` (``placed``: where each input lies, kNotPlaced for one carried in the message).
-inline std::string BatchMessage(const LaneSpec& lane, int64_t batch_id, const native_wire::PlainInferRequest& request,
-                                const native_wire::Pieces& pieces, const std::vector<std::pair<size_t, size_t>>& raws,
+inline std::string BatchMessage(const LaneSpec& lane, int64_t batch_id, const plain_request::PlainInferRequest& request,
+                                const plain_request::Pieces& pieces, const std::vector<std::pair<size_t, size_t>>& raws,
                                 char* buffer, std::vector<std::pair<size_t, size_t>>* placed) {
   native_pickle::Writer message;
   message.Mark();
@@ -184,4 +183,4 @@ inline std::string CancelMessage(int64_t batch_id) {
 
 }  // namespace native_lane
 
-#endif  // RUNTIME_GRPC_NATIVE_LANE_REQUEST_H_
+#endif  // RUNTIME_NATIVE_LANE_REQUEST_H_

@@ -1,15 +1,18 @@
-"""The native edge's lanes (``native_lane.h``): a plain ModelInfer call to a model the core offers a direct path for
-(``runtime/direct_path.py``) is served in grpc's own threads, straight to the model's worker and back, without the
-event loop; the HTTP route hands them a lone request with binary tensors too (``runtime/http/lane_route.py``,
-``native_http_lane.h``: :meth:`NativeLanes.take_http`), its outcome coming back as the edge's event.
+"""The lanes (``lane.h``, in the ``_native_lanes`` module built from this folder): a plain infer request to a model
+the core offers a direct path for (``runtime/direct_path.py``) is served in the adapter's own thread, straight to
+the model's worker and back, without the event loop. Both adapters hand them requests: the native gRPC edge a plain
+ModelInfer call (it takes the lane table as :meth:`NativeLanes.table_capsule`, and gives back to
+:meth:`NativeLanes.settle` what a lane gives back), the HTTP route a lone request with binary tensors
+(``runtime/http/lane_route.py``, ``http_lane.h``: :meth:`NativeLanes.take_http`), its outcome coming back as the
+table's event. Where the module is not built (:func:`open_lanes` is None), every request goes through the core.
 
 On the loop, every ``RECONCILE_SECONDS`` (up to ``IDLE_RECONCILE_SECONDS`` while nothing changes, and at once when
 the core says its offer changed), the open lanes follow what the core offers: a lane opens on each offered model's
 side door, and is retired where the model's version or worker changed or the model left the offer (unloaded,
 tracing turned on, the server shutting down); the handler also stops a lane itself before its worker stops (the
-door's closing hook). A lane takes a call only while it is the only ModelInfer call at the edge and the model's own
-queue is idle; while its call executes, the model's scheduler waits for it before running a batch (the edge tells
-when it ends: :meth:`NativeLanes.freed`). What the lanes serve is counted in the models' statistics whenever those
+door's closing hook). A lane takes a request only while it is the only infer request at its adapter and the
+model's own queue is idle; while its call executes, the model's scheduler waits for it before running a batch (the table
+tells when it ends: :meth:`NativeLanes.freed`). What the lanes serve is counted in the models' statistics whenever those
 are read, and keeps the server from idling out. A request a lane gives back is finished here in the core's words
 (:meth:`NativeLanes.settle`, for either protocol): an answer the lane does not write itself (response parameters, a
 missing output, an error too long, a model asking to see the request again, which is then served afresh), or a
@@ -19,29 +22,53 @@ worker that went away or did not answer in time.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from types import ModuleType
+from typing import Any
 
 from runtime.api import InferenceApi
 from runtime.config.spec import ModelSpec
 from runtime.datatypes import wire_dtype
 from runtime.direct_path import SERVE_AGAIN, DirectModel, LaneAnswer, LaneRequest
 from runtime.errors import InternalError, ServingError, Status, Unavailable
-from runtime.grpc.codec import encode_infer_response
-from runtime.grpc.service import GRPC_STATUS, MAX_DETAILS_BYTES, details
-from runtime.types import InferRequest, InferResponse, RequestedOutput
+from runtime.types import InferRequest, RequestedOutput
 
 logger = logging.getLogger(__name__)
 
 RECONCILE_SECONDS = 0.25
 IDLE_RECONCILE_SECONDS = 2.0  # the longest between looks while nothing changes
 STOP_WAIT_SECONDS = 30.0  # a lane stopped before its worker stops: how long its call under way may take
-STATUS_CODES = [(status.value, GRPC_STATUS.get(status, GRPC_STATUS[Status.INTERNAL]).value[0]) for status in Status]
+
+
+# Not built where the package was installed without a C++ compiler.
+NATIVE_LANES_BUILT = importlib.util.find_spec("runtime.native._native_lanes") is not None
+
+
+def native_lanes_module() -> ModuleType | None:
+    """The lanes' extension module; None where it is not built (no compiler at install)."""
+    try:
+        return importlib.import_module("runtime.native._native_lanes")
+    except ImportError:
+        return None
+
+
+def open_lanes(service: InferenceApi, max_error_bytes: int) -> NativeLanes | None:
+    """Lanes over ``service`` on the running loop (not yet started), or None where the module is not built;
+    ``max_error_bytes``: a model's error message longer than this goes back to Python, which cuts it as the
+    adapters do."""
+    native = native_lanes_module()
+    if native is None:
+        logger.warning("the native lanes are not built (no C++ compiler at install): every request goes through "
+                       "the core")
+        return None
+    return NativeLanes(native, service, asyncio.get_running_loop(), max_error_bytes)
 
 
 def lane_inputs(spec: ModelSpec) -> list[tuple[str, str, list[int], int]]:
@@ -52,7 +79,7 @@ def lane_inputs(spec: ModelSpec) -> list[tuple[str, str, list[int], int]]:
 
 @dataclass
 class _OpenLane:
-    lane: Any  # _native_edge.Lane
+    lane: Any  # _native_lanes.Lane
     model: DirectModel
     stop_watching: Callable[[], None]
     stop_counting: Callable[[], None]
@@ -62,13 +89,13 @@ class _OpenLane:
 
 
 class NativeLanes:
-    """The lanes of one edge (see the module); ``finish_ok(call, response)`` ends a call with a response message,
-    ``serve_again(call, payload)`` serves a call's request through the core as if it had just arrived."""
+    """The lanes of one process's adapters (see the module)."""
 
-    def __init__(self, native: Any, edge: Any, service: InferenceApi, loop: asyncio.AbstractEventLoop,
-                 finish_ok: Callable[[Any, Any], None], serve_again: Callable[[Any, Any], None]) -> None:
-        self.native, self.edge, self.service, self.loop = native, edge, service, loop
-        self.finish_ok, self.serve_again = finish_ok, serve_again
+    def __init__(self, native: Any, service: InferenceApi, loop: asyncio.AbstractEventLoop,
+                 max_error_bytes: int) -> None:
+        self.native, self.service, self.loop = native, service, loop
+        self.max_error_bytes = max_error_bytes
+        self.table = native.LaneTable()
         self.open: dict[str, _OpenLane] = {}  # model name -> its lane
         self.retired: dict[int, _OpenLane] = {}  # lane id -> a lane no longer taking calls, until it is quiet
         self._waiting: dict[int, list[asyncio.Future]] = {}  # lane id -> schedulers waiting for its instance
@@ -78,12 +105,25 @@ class NativeLanes:
         self._http: dict[int, LaneRequest] = {}  # token -> an HTTP request a lane serves
         self._tokens = itertools.count(1)
 
+    def table_capsule(self) -> Any:
+        """The lane table for the native gRPC edge (its ``lanes``)."""
+        return self.table.capsule()
+
     def start(self) -> None:
+        self.loop.add_reader(self.table.fileno(), self.take_events)
         self._timer = self.loop.call_soon(self._tick)
         self._stop_watching_offer = self.service.watch_direct_offer(self._offer_changed)
 
+    def take_events(self) -> None:
+        """What the lanes told since the last take (on the loop): a lane free again, an HTTP request's outcome."""
+        for kind, payload in self.table.take():
+            if kind == self.native.HTTP:
+                self.http_outcome(payload)
+            else:
+                self.freed(payload)
+
     def stop(self) -> None:
-        """Take no more calls (those under way are answered: the edge's shutdown waits for them)."""
+        """Take no more requests (those under way are answered: the adapters' drains wait for them)."""
         self._stop_watching_offer()
         if self._timer is not None:
             self._timer.cancel()
@@ -91,10 +131,35 @@ class NativeLanes:
         for name in list(self.open):
             self._retire(name)
 
+    async def drain(self, stops: list[Awaitable[object]], grace: float) -> bool:
+        """The adapters' drain with the lanes in it: no request taken from now on, the adapters' ``stops`` (each
+        drains its own requests within ``grace`` seconds; the gRPC edge's waits for the calls lanes serve), then the
+        HTTP requests lanes took (:meth:`quiet`), then every lane closed. False where something was cut off: a stop
+        said so, or a lane was still serving at the deadline (the core's drain sees neither)."""
+        busy_at_deadline = False
+
+        def check_deadline() -> None:
+            nonlocal busy_at_deadline
+            busy_at_deadline = self.busy()
+
+        self.stop()
+        deadline_check = self.loop.call_later(grace, check_deadline)
+        started = time.monotonic()
+        results = await asyncio.gather(*stops, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                logger.error("an adapter failed to stop: %r", result)
+        await self.quiet(max(0.0, grace - (time.monotonic() - started)))
+        self.take_events()  # an outcome the table holds but the loop's reader has not taken yet
+        deadline_check.cancel()
+        cut_off = busy_at_deadline or self.busy()  # busy now: the deadline had not come, or it ran past
+        self.close()
+        return not cut_off and not any(result is False for result in results)
+
     async def quiet(self, timeout: float) -> None:
-        """Once every HTTP request a lane took has its outcome, or ``timeout`` seconds on: such a request is not one
-        of the edge's calls, which its shutdown waits for. Its outcome, not the lane's busy flag, is waited for: a
-        lane is free again just before it hands the outcome over, which the loop still has to take."""
+        """Once every HTTP request a lane took has its outcome, or ``timeout`` seconds on. Its outcome, not the
+        lane's busy flag, is waited for: a lane is free again just before it hands the outcome over, which the loop
+        still has to take."""
         deadline = time.monotonic() + timeout
         while self._http and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -105,9 +170,11 @@ class NativeLanes:
         return bool(self._http) or any(entry.lane.busy for entry in (*self.open.values(), *self.retired.values()))
 
     def close(self) -> None:
-        """After the edge has shut down: every lane's socket closed, its thread ended, and an HTTP request still
+        """After the adapters have shut down: every lane's socket closed, its thread ended, and an HTTP request still
         without its outcome (cut off at the deadline) ended as the core's cut off requests are."""
         self.stop()
+        self.take_events()  # an outcome the table holds but the loop's reader has not taken yet
+        self.loop.remove_reader(self.table.fileno())
         for entry in self.retired.values():
             self._end(entry)
         self.retired.clear()
@@ -183,7 +250,7 @@ class NativeLanes:
         lane = self.native.Lane(
             model=spec.name, version=str(model.version), inputs=lane_inputs(spec),
             outputs=[t.name for t in spec.outputs], max_batch_size=spec.max_batch_size,
-            timeout_s=channel.execute_timeout, status_codes=STATUS_CODES, max_details=MAX_DETAILS_BYTES,
+            timeout_s=channel.execute_timeout, max_details=self.max_error_bytes,
             socket_fd=channel.socket_fd, buffer_fd=channel.buffer_fd, buffer_size=channel.buffer_size,
             buffer_segment=channel.buffer_segment)
         stop_closing = channel.on_close(lambda wait: self._closing(lane, wait))
@@ -194,12 +261,12 @@ class NativeLanes:
                           model.add_served(lane.take_served, lambda: (bool(lane.open), bool(lane.busy))),
                           stop_closing)
         self.open[spec.name] = entry
-        self.edge.add_lane(lane)
+        self.table.add(lane)
 
     def _closing(self, lane: Any, wait: bool) -> None:
         """The handler's hook, in its thread, before the worker stops (``wait``: for the call under way) or after
         it went away; the loop retires the lane at its next tick."""
-        self.edge.remove_lane(lane)
+        self.table.remove(lane)
         lane.stop()
         deadline = time.monotonic() + STOP_WAIT_SECONDS
         while wait and lane.busy and time.monotonic() < deadline:
@@ -208,7 +275,7 @@ class NativeLanes:
 
     def _retire(self, name: str) -> None:
         entry = self.open.pop(name)
-        self.edge.remove_lane(entry.lane)
+        self.table.remove(entry.lane)
         entry.lane.stop()
         entry.stop_watching()
         entry.retired_at = time.monotonic()
@@ -222,7 +289,7 @@ class NativeLanes:
 
     def _held(self, lane: Any) -> asyncio.Future | None:
         """The model's scheduler is about to run a batch: what to await first, where this lane's call holds the
-        instance (the edge tells when it ends: :meth:`freed`)."""
+        instance (the table tells when it ends: :meth:`freed`)."""
         if not lane.tell_when_free():
             return None
         waiting = self.loop.create_future()
@@ -244,11 +311,11 @@ class NativeLanes:
     # -- HTTP requests (runtime/http/lane_route.py) --------------------------------------------------------------
     def take_http(self, model: str, version: str, request_id: str, inputs: list[tuple[str, str, list[int], int]],
                   outputs: list[str], chunks: list[bytes], header_length: int) -> LaneRequest | None:
-        """A lone HTTP request with binary tensors served by its model's lane (native_http_lane.h), or None where
+        """A lone HTTP request with binary tensors served by its model's lane (http_lane.h), or None where
         none takes it (nothing touched)."""
         token = next(self._tokens)
         try:
-            taken = self.edge.take_http(token, model, version, request_id, inputs, outputs, chunks, header_length)
+            taken = self.table.take_http(token, model, version, request_id, inputs, outputs, chunks, header_length)
         except (TypeError, ValueError, OverflowError):  # what C++ cannot hold (a dim past int64, a lone surrogate)
             return None  # is the core's to refuse
         if not taken:
@@ -261,7 +328,7 @@ class NativeLanes:
     def withdraw(self, request: LaneRequest) -> None:
         """The request's client went away: the worker is told (the model may notice), its outcome dropped."""
         if self._http.pop(request.token, None) is not None:
-            self.edge.cancel_http(request.model, request.token)
+            self.table.cancel_http(request.model, request.token)
 
     def http_outcome(self, payload: tuple) -> None:
         """An HTTP request's outcome from its lane (on the loop)."""
@@ -283,22 +350,7 @@ class NativeLanes:
             logger.exception("unexpected error settling an HTTP request a lane served")
             settled(InternalError("internal server error"))
 
-    # -- calls given back ----------------------------------------------------------------------------------------
-    def hand_back(self, call: Any, payload: tuple) -> None:
-        """A gRPC call a lane gave back (on the loop)."""
-        fields, original = payload
-
-        def settled(outcome: object) -> None:
-            if outcome is SERVE_AGAIN:
-                self.serve_again(call, original)
-            elif isinstance(outcome, ServingError):
-                call.finish(GRPC_STATUS.get(outcome.status, GRPC_STATUS[Status.INTERNAL]).value[0],
-                            details(outcome.message), None)
-            else:
-                self.finish_ok(call, encode_infer_response(cast(InferResponse, outcome)))
-
-        self.settle(fields, None, settled)
-
+    # -- requests given back ---------------------------------------------------------------------------------------
     def settle(self, fields: tuple, requested: list[RequestedOutput] | None,
                settled: Callable[[object], None]) -> None:
         """A request a lane gave back, in the core's words: ``settled`` gets the core's InferResponse, its
