@@ -36,8 +36,7 @@ from scripts.bench_load import bad_calls, load  # noqa: E402
 from scripts.bench_models import MODELS, build_repository, point_requests  # noqa: E402
 from scripts.bench_servers import ROOT, start_ours, stop_tree, wait_ready  # noqa: E402
 
-NATIVE_EDGE = Path("runtime/grpc/native_edge.cc")
-NATIVE_SOURCES = ("native_*.cc", "native_*.h")
+NATIVE_SOURCES = ("runtime/*/*.cc", "runtime/*/*.h", "setup.py")  # what the extension modules are built from
 PARTS = ("loop", "threads", "workers")
 
 
@@ -83,38 +82,37 @@ def measure(process: subprocess.Popen, protocol: str, port: int, model: str, con
 
 
 def checkout(base: str, into: Path) -> Path:
-    """A worktree of ``base``, with this tree's built native edge where its sources are the same, else one built
-    from its own source (as a wheel, in pip's isolated build: the venv's installed package is left as it is)."""
+    """A worktree of ``base``, with this tree's built extension modules where their sources are the same, else
+    those built from its own source (as a wheel, in pip's isolated build: the venv's installed package is left as
+    it is)."""
     added = subprocess.run(["git", "worktree", "add", "--detach", str(into), base], cwd=ROOT, capture_output=True,
                            text=True)
     if added.returncode != 0:
         raise SystemExit(f"no worktree of {base}: {added.stderr.strip()}")
-    built = list((ROOT / NATIVE_EDGE.parent).glob("_native_edge*.so"))
-    sources = [str(NATIVE_EDGE.parent / pattern) for pattern in NATIVE_SOURCES]  # the .cc and the headers it includes
-    differs = subprocess.run(["git", "diff", "--quiet", base, "--", *sources], cwd=ROOT).returncode != 0
-    if built and differs:
-        built = [_build_native_edge(into)]
-    for library in built:
-        shutil.copy2(library, into / NATIVE_EDGE.parent / library.name)
+    differs = subprocess.run(["git", "diff", "--quiet", base, "--", *NATIVE_SOURCES], cwd=ROOT).returncode != 0
+    if differs:
+        _build_native(into)
+    else:
+        for library in (ROOT / "runtime").glob("*/_*.so"):
+            shutil.copy2(library, into / library.relative_to(ROOT))
     return into
 
 
-def _build_native_edge(tree: Path) -> Path:
-    """The native edge built from ``tree``'s source: its wheel's library, unpacked beside the wheel."""
-    wheels = tree / "build-native-edge"
-    print(f"building the native edge of {tree} ...", flush=True)
+def _build_native(tree: Path) -> None:
+    """``tree``'s extension modules built from its own source and put in place in it."""
+    wheels = tree / "build-native"
+    print(f"building the extension modules of {tree} ...", flush=True)
     made = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(tree)],
                           capture_output=True, text=True)
     found = list(wheels.glob("*.whl")) if made.returncode == 0 else []
     if not found:
-        raise SystemExit(f"the native edge of {tree} did not build: {made.stderr.strip()[-2000:]}")
+        raise SystemExit(f"the extension modules of {tree} did not build: {made.stderr.strip()[-2000:]}")
     with zipfile.ZipFile(found[0]) as wheel:
-        member = next((name for name in wheel.namelist()
-                       if name.startswith(f"{NATIVE_EDGE.parent.as_posix()}/_native_edge") and name.endswith(".so")),
-                      None)
-        if member is None:
+        members = [name for name in wheel.namelist() if name.startswith("runtime/") and name.endswith(".so")]
+        if not any("/_native_edge" in name for name in members):
             raise SystemExit(f"the wheel of {tree} holds no native edge (libgrpc++ not found when it was built?)")
-        return Path(wheel.extract(member, wheels))
+        for member in members:
+            wheel.extract(member, tree)
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
