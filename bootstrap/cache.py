@@ -47,3 +47,23 @@ def ensure_private_dir(path: Path) -> None:
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise CacheError(f"the cache folder {path} is writable by other users (mode {stat.S_IMODE(info.st_mode):o}): "
                          "make it private (chmod 700) or choose another cache_dir")
+
+
+def temp_folder_in_cache(cache_dir: Path) -> Path | None:
+    """Where the system offers no writable temp folder (a read-only root file system, as Knative and Cloud Run can
+    run a container, with only the cache's volume writable), a private folder in the cache becomes this process's
+    and its children's (``TMPDIR``): the one port's private sockets are made there. The folder now in use where
+    this moved it; None where the system's serves, or where the cache cannot hold one either."""
+    try:
+        tempfile.gettempdir()
+        return None
+    except FileNotFoundError:
+        pass
+    folder = cache_dir / "tmp"
+    try:
+        ensure_private_dir(folder)
+    except CacheError:
+        return None
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = str(folder)
+    return folder

@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bootstrap.cache import temp_folder_in_cache
 from bootstrap.errors import BootstrapError
 from bootstrap.hand_off import hand_off
 from bootstrap.settings import SETTINGS_CLASSES, FunctionSettings, SettingsError, apply_settings_flags, load_settings
@@ -181,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     if settings.http_port is None and settings.grpc_port is None:
         logger.error("both HTTP and gRPC are disabled: nothing to serve")
         return 2
+    moved = temp_folder_in_cache(Path(settings.cache_dir).expanduser())
+    if moved is not None:
+        logger.info("no writable temp folder on this file system: temp files go to %s", moved)
     early = None
     if settings.remote and settings.model_control in ("none", "poll"):  # their first refresh is a full one
         from bootstrap.early_sync import start_early_sync

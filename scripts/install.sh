@@ -8,7 +8,8 @@
 #             (either with the otel and openai extras: the image serves every feature)
 #     SOURCE  the project's wheel file (what the image installs) or its source folder
 #   Environment: PYTHON (default python3); TORCH_INDEX_URL, where torch comes from (the image sets PyTorch's
-#   cpu or cu126 index; unset, pip's own configuration decides); PIP_NO_CACHE_DIR as pip reads it.
+#   cpu or cu126 index; unset or empty, pip's own configuration decides); TORCH_FIND_LINKS, a folder holding torch's
+#   wheel, looked in first (its dependencies still come from the index); PIP_NO_CACHE_DIR as pip reads it.
 set -euo pipefail
 VENV=${1:?usage: install.sh VENV cpu|gpu SOURCE}
 FLAVOR=${2:?usage: install.sh VENV cpu|gpu SOURCE}
@@ -27,6 +28,9 @@ fi
 torch_args=("torch==$TORCH_VERSION")
 if [ -n "${TORCH_INDEX_URL:-}" ]; then
   torch_args+=(--index-url "$TORCH_INDEX_URL")
+fi
+if [ -n "${TORCH_FIND_LINKS:-}" ]; then
+  torch_args+=(--find-links "$TORCH_FIND_LINKS")
 fi
 "$VENV/bin/python" -m pip install -q "${torch_args[@]}"
 "$VENV/bin/python" -m pip install -q "$SOURCE[$EXTRAS]"

@@ -56,13 +56,15 @@ def haproxy_config(channel_fd: int, grpc_socket: Path, http_address: str, limits
     content type."""
     header_ms = max(1, int(limits.header_timeout * 1000))
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    # two descriptors a connection (the client's, the listener's behind), and HAProxy's own: it refuses to start
-    # where maxconn would need more than the open-file limit gives
-    max_connections = max(1, min(limits.max_connections, (soft - FD_RESERVE) // 2))
+    # two descriptors a connection (the client's, the listener's behind), two a pipe (splice-auto: up to maxpipes,
+    # a quarter of maxconn), and HAProxy's own: it refuses to start where maxconn would need more than the open-file
+    # limit gives (a container run with nofile 4096 met it)
+    max_connections = max(1, min(limits.max_connections, (soft - FD_RESERVE) * 2 // 5))
     body_ms = max(header_ms, int(limits.body_timeout * 1000))
     return f"""global
     nbthread 1
     maxconn {max_connections}
+    maxpipes {max(1, max_connections // 4)}
     tune.h2.max-concurrent-streams {limits.max_concurrent_streams}
     tune.bufsize {BUFFER_BYTES}
 

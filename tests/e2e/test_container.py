@@ -52,7 +52,9 @@ def test_the_dockerfile_builds_a_non_root_image_with_ports_health_and_entrypoint
     steps = instructions()
     stages = [arguments for keyword, arguments in steps if keyword == "FROM"]
     assert any(stage.endswith("AS wheel") for stage in stages) and "base-${FLAVOR}" in stages[-1]
-    assert any("nvidia/cuda" in stage and "AS base-gpu" in stage for stage in stages)
+    arguments = dict(argument.split("=", 1) for keyword, argument in steps if keyword == "ARG" and "=" in argument)
+    assert "${BASE_GPU} AS base-gpu" in stages and arguments["BASE_GPU"].startswith("nvidia/cuda:")
+    assert "${BASE_CPU} AS base-cpu" in stages and arguments["BASE_CPU"] == "python:3.11-slim-bookworm"
     image = final_stage(steps)
     runs = [arguments for keyword, arguments in image if keyword == "RUN"]
     assert any("/opt/serverless-triton/install.sh /opt/venv" in run and '"${FLAVOR}"' in run for run in runs)

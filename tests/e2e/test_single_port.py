@@ -377,3 +377,20 @@ def test_sigterm_drains_a_grpc_call_and_an_http1_request_in_flight(repository, t
     for caller in callers:
         caller.join(10)
     assert result["grpc"].tolist() == [1.0] and result["http"].tolist() == [2.0]
+
+
+@pytest.mark.skipif(not shutil.which("haproxy") or not shutil.which("prlimit"), reason="needs haproxy and prlimit")
+def test_haproxy_serves_the_port_under_a_low_open_file_limit(repository, tmp_path):
+    """A container run with nofile 4096 (podman's and many platforms' default): HAProxy's connections and pipes fit
+    the limit, so it starts and carries the port (it refused to, and the server stopped, before)."""
+    process = ServerProcess(repository, "--single-port", "true", log=tmp_path / "server.log")
+    command = process.command
+    process.command = lambda: ["prlimit", "--nofile=4096:4096", "--", *command()]  # type: ignore[method-assign]
+    with process:
+        assert "gRPC on the same port (haproxy)" in process.log()
+        client = grpcclient.InferenceServerClient(process.http_url)
+        try:
+            assert client.is_server_ready()
+        finally:
+            client.close()
+        assert httpx.get(f"http://{process.http_url}/v2/health/ready").status_code == 200
