@@ -205,11 +205,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def _start_worker_template(settings: FunctionSettings) -> None:
     """Start the Python workers' template process now, in parallel with the server's own imports, when the
-    repository may hold Python models (any object-storage repository; a local one with a model.py)."""
-    if settings.remote or any(settings.repository_path().glob("*/[0-9]*/model.py")):
-        from handlers.python.template import start_template
+    repository may hold Python models (any object-storage repository; a local one with a model.py), with the heavy
+    frameworks a local repository's models import."""
+    models = [] if settings.remote else list(settings.repository_path().glob("*/[0-9]*/model.py"))
+    if settings.remote or models:
+        from handlers.python.template import frameworks_imported, start_template
 
-        start_template()
+        start_template(frameworks=frameworks_imported(_model_sources(models)))
+
+
+def _model_sources(paths: list[Path], max_bytes: int = 1 << 20) -> list[str]:
+    """The first ``max_bytes`` of each readable file, as text."""
+    sources = []
+    for path in paths:
+        try:
+            with open(path, "rb") as source:
+                sources.append(source.read(max_bytes).decode("utf-8", "replace"))
+        except OSError:
+            continue
+    return sources
 
 
 def _start_worker_template_when_listed(settings: FunctionSettings, early: EarlySync) -> None:

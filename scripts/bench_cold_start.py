@@ -12,6 +12,9 @@ Prints one line per measurement and a ratio against the baseline measured in the
   defaults).
 - start to first answer from S3: the ONNX model in a moto bucket, an empty cache: process start until the
   first inference is answered (target <= 0.5 s).
+- a torch model's workers: the deployment guide's ``resnet50_pt`` (``model.py`` imports torch) with three
+  instances, start to ready with the workers forked from the template, which imports torch where a model does,
+  against cold interpreters (``SERVERLESS_TRITON_PYTHON_WORKERS=spawn``): ratio = spawn seconds / template's.
 - idle: a ready server with every listener on and nothing to do, for each model: the CPU its process tree uses over
   ``--idle-seconds`` (target <= 0.1% of a core) and its resident memory at rest.
 
@@ -236,6 +239,17 @@ def triton_to_ready(repository: Path, oracle: Path) -> float:
         stop(process)
 
 
+def build_torch_repository(root: Path) -> Path:
+    """``resnet50_pt`` as scripts/bench_models.py builds it (its ``model.py`` imports torch), three instances."""
+    from scripts.bench_models import build_repository
+
+    every = build_repository(root.parent / "all")
+    shutil.copytree(every / "resnet50_pt", root / "resnet50_pt")
+    with open(root / "resnet50_pt" / "config.pbtxt", "a") as config:
+        config.write('instance_group [ { kind: KIND_CPU count: 3 } ]\n')
+    return root
+
+
 def median_of(repeat: int, measure) -> float:
     return statistics.median(measure() for _ in range(repeat))
 
@@ -283,6 +297,14 @@ def main() -> None:
                     results[f"ready_{label}"]["triton_s"] = triton
                     line += f", Triton {triton:.2f} s: ours/Triton time {ours / triton:.2f}x"
                 print(line)
+            torch_repo = build_torch_repository(work / "torch" / "models")
+            ours_to_ready(torch_repo, env)  # its bytecode too
+            template = median_of(args.repeat, lambda: ours_to_ready(torch_repo, env))
+            spawned_env = {**env, "SERVERLESS_TRITON_PYTHON_WORKERS": "spawn"}
+            spawned = median_of(args.repeat, lambda: ours_to_ready(torch_repo, spawned_env))
+            results["ready_torch_three_instances"] = {"template_s": template, "spawn_s": spawned}
+            print(f"start to ready, resnet50_pt (imports torch) with three instances: workers forked from the "
+                  f"template {template:.2f} s, cold interpreters {spawned:.2f} s: {spawned / template:.2f}x")
             for label, repository in (("onnx", onnx_repo), ("python", python_repo)):
                 results[f"idle_{label}"] = rest = idle(repository, env, args.idle_seconds)
                 print(f"idle, one {label} model, every listener on: CPU {rest['cpu_share_of_core'] * 100:.3f}% of a "
