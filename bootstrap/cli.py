@@ -94,10 +94,22 @@ def _source(settings: FunctionSettings) -> ObjectStoreSource | None:
 
 def _first_refresh(settings: FunctionSettings, tell: Callable[[object], None]) -> dict[str, str]:
     """The early sync's child (bootstrap/early_sync.py): the first full refresh, as the server's own would be; it
-    tells, once listed, whether any model may be a Python model."""
+    tells, once listed, whether any model may be a Python model (False: none), and the heavy frameworks the models'
+    ``model.py`` import (a list), read ahead of the download."""
     source = _source(settings)
     assert source is not None  # only a remote repository is synced early
-    source.sync.on_listed = lambda objects: tell(any(item.relative.endswith(".py") for item in objects))
+    sync = source.sync
+
+    def listed(objects: list) -> None:
+        if not any(item.relative.endswith(".py") for item in objects):
+            tell(False)
+            return
+        from handlers.python.template import frameworks_imported
+
+        models = [item for item in objects if item.relative.endswith("/model.py")]
+        tell(frameworks_imported(_decoded(sync.read_small(models, MODEL_SOURCE_BYTES))))
+
+    sync.on_listed = listed
     return source.refresh()
 
 
@@ -203,34 +215,44 @@ def main(argv: list[str] | None = None) -> int:
     return _run(_serve(settings, source))
 
 
-def _start_worker_template(settings: FunctionSettings) -> None:
+def _start_worker_template(settings: FunctionSettings, frameworks: list[str] | None = None) -> None:
     """Start the Python workers' template process now, in parallel with the server's own imports, when the
     repository may hold Python models (any object-storage repository; a local one with a model.py), with the heavy
-    frameworks a local repository's models import."""
+    frameworks the models import (``frameworks`` where already known; a local repository's are read here)."""
     models = [] if settings.remote else list(settings.repository_path().glob("*/[0-9]*/model.py"))
     if settings.remote or models:
         from handlers.python.template import frameworks_imported, start_template
 
-        start_template(frameworks=frameworks_imported(_model_sources(models)))
+        if frameworks is None:
+            frameworks = frameworks_imported(_model_sources(models))
+        start_template(frameworks=frameworks)
 
 
-def _model_sources(paths: list[Path], max_bytes: int = 1 << 20) -> list[str]:
-    """The first ``max_bytes`` of each readable file, as text."""
-    sources = []
+MODEL_SOURCE_BYTES = 1 << 20  # what is read of a model.py for its imports
+
+
+def _model_sources(paths: list[Path]) -> list[str]:
+    """The first MODEL_SOURCE_BYTES of each readable file, as text."""
+    contents = []
     for path in paths:
         try:
             with open(path, "rb") as source:
-                sources.append(source.read(max_bytes).decode("utf-8", "replace"))
+                contents.append(source.read(MODEL_SOURCE_BYTES))
         except OSError:
             continue
-    return sources
+    return _decoded(contents)
+
+
+def _decoded(contents: list[bytes]) -> list[str]:
+    return [content.decode("utf-8", "replace") for content in contents]
 
 
 def _start_worker_template_when_listed(settings: FunctionSettings, early: EarlySync) -> None:
     """Start the workers' template once the early sync has listed the repository, unless it holds no ``.py`` file
-    (an ONNX repository's cold start keeps its cores)."""
-    if early.wait_note() is not False:
-        _start_worker_template(settings)
+    (an ONNX repository's cold start keeps its cores), with the frameworks its models import."""
+    note = early.wait_note()
+    if note is not False:
+        _start_worker_template(settings, note if isinstance(note, list) else None)
 
 
 def _sync(settings: FunctionSettings, model: str | None) -> int:

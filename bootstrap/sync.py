@@ -165,6 +165,29 @@ class RepositorySync:
                     read_timeout_seconds=min(settings.read_timeout_seconds, deadline)))
             return self._client
 
+    def read_small(self, items: list[StoredObject], max_bytes: int) -> list[bytes]:
+        """The content of each of ``items`` no larger than ``max_bytes`` (read apart from any sync, for a look
+        ahead of it: what ``model.py`` imports); an object that cannot be read is left out."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        def read(item: StoredObject) -> bytes | None:
+            try:
+                return self.client.get_object(Bucket=self.location.bucket, Key=item.key)["Body"].read(max_bytes)
+            except (ClientError, BotoCoreError, OSError):
+                return None
+
+        reads = [self._files.submit(read, item) for item in items if item.size <= max_bytes]  # side by side
+        deadline = time.monotonic() + self.deadline_seconds
+        contents = []
+        for future in reads:
+            try:
+                content = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                continue
+            if content is not None:
+                contents.append(content)
+        return contents
+
     def sync(self, only: str | None = None) -> dict[str, ModelSyncReport]:
         """Sync every model (or just ``only``); per-model failures are reported, never raised.
 

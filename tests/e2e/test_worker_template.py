@@ -1,5 +1,6 @@
-"""The Python workers' template (handlers/python/template.py): where a local repository's model imports torch, the
-template has imported it before the worker forks, so the worker starts with it; where none does, it has not."""
+"""The Python workers' template (handlers/python/template.py): where a repository's model imports torch (a local
+one, or one in object storage), the template has imported it before the worker forks, so the worker starts with
+it; where none does, it has not."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from handlers.python.template import frameworks_imported
+from tests.conftest import S3_ENV
 from tests.support import ServerProcess, python_model_source, write_model
 
 CONFIG = """
@@ -49,3 +51,17 @@ def test_only_an_import_statement_of_an_installed_framework_counts():
     assert frameworks_imported(["import numpy as np\nimport torch\n"]) == (["torch"] if installed else [])
     assert frameworks_imported(["    from torch import nn\n"]) == (["torch"] if installed else [])
     assert frameworks_imported(["# we could import torch here\nx = 'import torch'\n", "import torchvision\n"]) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_the_template_imports_torch_for_a_model_in_object_storage(s3, moto_endpoint, bucket, tmp_path):
+    """From S3, what model.py imports is read ahead of the download (the early sync's look at the listing)."""
+    s3.put_object(Bucket=bucket, Key="repo/model/config.pbtxt", Body=CONFIG.encode())
+    s3.put_object(Bucket=bucket, Key="repo/model/1/model.py",
+                  Body=(SEEN + "import torch  # noqa\n" + ANSWER).encode())
+    config = tmp_path / "function.yaml"
+    config.write_text(f"cache_dir: {tmp_path / 'cache'}\nstorage: {{endpoint_url: '{moto_endpoint}', "
+                      "region: us-east-1, addressing_style: path}\n")
+    server = ServerProcess(tmp_path / "unused", "--config", str(config), env=S3_ENV, strict=True)
+    with server.with_repository_url(f"s3://{bucket}/repo"):
+        assert _preloaded(server, "model") is True
