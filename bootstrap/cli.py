@@ -107,7 +107,12 @@ def _first_refresh(settings: FunctionSettings, tell: Callable[[object], None]) -
         from handlers.python.template import frameworks_imported
 
         models = [item for item in objects if item.relative.endswith("/model.py")]
-        tell(frameworks_imported(_decoded(sync.read_small(models, MODEL_SOURCE_BYTES))))
+        try:
+            frameworks = frameworks_imported(_decoded(sync.read_small(models, MODEL_SOURCE_BYTES)))
+        except Exception:  # noqa: BLE001 - a look ahead: the download goes on whatever it met
+            logger.exception("unexpected error reading what the models import")
+            frameworks = []
+        tell(frameworks)
 
     sync.on_listed = listed
     return source.refresh()

@@ -333,36 +333,30 @@ def main() -> None:
                       "MiB (with its worker processes)")
             client = s3_client(endpoint)
             client.create_bucket(Bucket="cold-start")
-            for path in sorted(onnx_repo.rglob("*")):
-                if path.is_file():
-                    client.upload_file(str(path), "cold-start", "repo/" + path.relative_to(onnx_repo).as_posix())
             config = work / "function.yaml"
 
-            def from_s3() -> float:
+            def upload(repository: Path, prefix: str) -> None:
+                for path in sorted(repository.rglob("*")):
+                    if path.is_file():
+                        key = f"{prefix}/{path.relative_to(repository).as_posix()}"
+                        client.upload_file(str(path), "cold-start", key)
+
+            def from_s3(prefix: str, answer: Callable[[int], None]) -> float:
+                """Process start to ``answer`` from s3://cold-start/<prefix>, an empty cache."""
                 cache = work / f"cache-{time.monotonic_ns()}"
                 config.write_text(f"cache_dir: {cache}\nstorage: {{endpoint_url: '{endpoint}', region: us-east-1, "
                                   "addressing_style: path}\n")
-                return ours_to_ready("s3://cold-start/repo", server_env(work / "bytecode", S3_ENV), config,
-                                     first_answer=answer_simple)
+                return ours_to_ready(f"s3://cold-start/{prefix}", server_env(work / "bytecode", S3_ENV), config,
+                                     first_answer=answer)
 
-            first = median_of(args.repeat, from_s3)
+            upload(onnx_repo, "repo")
+            first = median_of(args.repeat, lambda: from_s3("repo", answer_simple))
             results["first_answer_from_s3"] = {"ours_s": first}
             print(f"start to first answer, one onnx model from S3 (moto), cold cache: ours {first:.2f} s "
                   "(target <= 0.5 s)")
-            guide = build_torch_repository(work / "guide" / "models", instances=1)
-            for path in sorted(guide.rglob("*")):
-                if path.is_file():
-                    client.upload_file(str(path), "cold-start", "guide/" + path.relative_to(guide).as_posix())
-
-            def guide_from_s3() -> float:
-                cache = work / f"cache-{time.monotonic_ns()}"
-                config.write_text(f"cache_dir: {cache}\nstorage: {{endpoint_url: '{endpoint}', region: us-east-1, "
-                                  "addressing_style: path}\n")
-                return ours_to_ready("s3://cold-start/guide", server_env(work / "bytecode", S3_ENV), config,
-                                     first_answer=answer_resnet)
-
-            guide_from_s3()  # the bytecode of torch's path; not measured
-            ours = median_of(args.repeat, guide_from_s3)
+            upload(build_torch_repository(work / "guide" / "models", instances=1), "guide")
+            from_s3("guide", answer_resnet)  # the bytecode of torch's path; not measured
+            ours = median_of(args.repeat, lambda: from_s3("guide", answer_resnet))
             results["guide_from_s3"] = {"ours_s": ours}
             line = f"start to first answer, resnet50_pt from S3 (moto), cold cache: ours {ours:.2f} s"
             if oracle is not None:  # Triton reads the same bucket (s3://host:port/bucket/path)

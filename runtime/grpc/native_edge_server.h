@@ -9,7 +9,6 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/server_posix.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +25,7 @@
 #include "native_inflate.h"
 #include "native_infer_response.h"
 #include "native_wire.h"
+#include "runtime/native/event_queue.h"
 #include "runtime/native/lane_table.h"
 
 namespace native_edge {
@@ -99,8 +99,6 @@ class Edge {
         decode_methods_(decode_methods.begin(), decode_methods.end()),
         split_field_(split_field),
         split_min_bytes_(split_min_bytes) {
-    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterCallbackGenericService(&service_);
@@ -122,10 +120,6 @@ class Edge {
     if (!server_) port_ = 0;
   }
 
-  ~Edge() {
-    if (wake_fd_ >= 0) close(wake_fd_);
-  }
-
   // Whether nothing of grpc's can reach this edge any more (see EdgeDeleter).
   bool Idle() const { return (!server_ || shut_down_) && live_reactors_.load() == 0; }
   void ReactorStarted() { live_reactors_.fetch_add(1); }
@@ -138,7 +132,7 @@ class Edge {
   size_t split_min_bytes() const { return split_min_bytes_; }
   bool Splits(const std::string& method) const { return split_methods_.count(method) != 0; }
   bool Decodes(const std::string& method) const { return decode_methods_.count(method) != 0; }
-  int fileno() const { return wake_fd_; }
+  int fileno() const { return events_.fileno(); }
 
   // Whether a lane is open (the lane table Python handed over; none: no lanes).
   bool HasLanes() const { return lanes_ && lanes_->HasLanes(); }
@@ -163,33 +157,10 @@ class Edge {
     return grpc::StatusCode::INTERNAL;
   }
   uint64_t NextId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
-  // Any thread: queue an event, and wake the loop unless a wake-up is already on its way.
-  void Push(Event&& event) {
-    bool wake;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_.push_back(std::move(event));
-      wake = !signaled_;
-      signaled_ = true;
-    }
-    if (wake) {
-      uint64_t one = 1;
-      ssize_t written = write(wake_fd_, &one, sizeof one);
-      (void)written;
-    }
-  }
-
+  // Any thread: queue an event for the loop.
+  void Push(Event&& event) { events_.Push(std::move(event)); }
   // The loop thread (GIL held): every event queued since the last take.
-  std::vector<Event> TakeEvents() {
-    uint64_t count;
-    ssize_t got = read(wake_fd_, &count, sizeof count);
-    (void)got;
-    std::vector<Event> events;
-    std::lock_guard<std::mutex> lock(mu_);
-    events.swap(pending_);
-    signaled_ = false;
-    return events;
-  }
+  std::vector<Event> TakeEvents() { return events_.Take(); }
 
   // Serve a connection accepted elsewhere (the one port's, runtime/listen/port_acceptor.py) as if it had come to the
   // listening port: grpc owns ``fd`` from here (closed by it, even when the edge no longer serves); false, with
@@ -224,13 +195,10 @@ class Edge {
   size_t split_min_bytes_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
-  int wake_fd_ = -1;
   bool shut_down_ = false;
   std::atomic<int> live_reactors_{0};
   std::atomic<uint64_t> next_id_{1};
-  std::mutex mu_;
-  std::vector<Event> pending_;
-  bool signaled_ = false;
+  native_lane::EventQueue<Event> events_;
   static constexpr int64_t kQuietNs = 10'000'000;
   // Python's argument for the bytes all calls may be inflating at once (not grpc's: the edge keeps it).
   static constexpr const char* kInflatingMaxBytes = "serverless.inflating_max_bytes";

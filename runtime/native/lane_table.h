@@ -10,9 +10,6 @@
 #ifndef RUNTIME_NATIVE_LANE_TABLE_H_
 #define RUNTIME_NATIVE_LANE_TABLE_H_
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -24,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "event_queue.h"
 #include "http_lane.h"
 #include "lane.h"
 
@@ -44,15 +42,7 @@ struct TableEvent {
 
 class LaneTable : public std::enable_shared_from_this<LaneTable> {
  public:
-  LaneTable() {
-    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
-  }
-  ~LaneTable() { close(wake_fd_); }
-  LaneTable(const LaneTable&) = delete;
-  LaneTable& operator=(const LaneTable&) = delete;
-
-  int fileno() const { return wake_fd_; }
+  int fileno() const { return events_.fileno(); }
 
   // A lane takes its model's requests from now on (replacing any other of that model); it tells here when free.
   void Add(std::shared_ptr<Lane> lane) {
@@ -98,42 +88,14 @@ class LaneTable : public std::enable_shared_from_this<LaneTable> {
     };
   }
 
-  // Any thread: queue an event, and wake the loop unless a wake-up is already on its way.
-  void Push(TableEvent&& event) {
-    bool wake;
-    {
-      std::lock_guard<std::mutex> lock(events_mu_);
-      pending_.push_back(std::move(event));
-      wake = !signaled_;
-      signaled_ = true;
-    }
-    if (wake) {
-      uint64_t one = 1;
-      ssize_t written = write(wake_fd_, &one, sizeof one);
-      (void)written;
-    }
-  }
-
-  // The loop thread: every event queued since the last take.
-  std::vector<TableEvent> TakeEvents() {
-    uint64_t count;
-    ssize_t got = read(wake_fd_, &count, sizeof count);
-    (void)got;
-    std::vector<TableEvent> events;
-    std::lock_guard<std::mutex> lock(events_mu_);
-    events.swap(pending_);
-    signaled_ = false;
-    return events;
-  }
+  void Push(TableEvent&& event) { events_.Push(std::move(event)); }
+  std::vector<TableEvent> TakeEvents() { return events_.Take(); }
 
  private:
-  int wake_fd_ = -1;
   std::mutex mu_;  // lanes_
   std::unordered_map<std::string, std::shared_ptr<Lane>> lanes_;
   std::atomic<bool> has_lanes_{false};
-  std::mutex events_mu_;
-  std::vector<TableEvent> pending_;
-  bool signaled_ = false;
+  EventQueue<TableEvent> events_;
 };
 
 }  // namespace native_lane
