@@ -31,7 +31,7 @@ from runtime.grpc.codec import (
     encode_infer_response,
     plain_infer_request,
 )
-from runtime.grpc.service import GRPC_STATUS, InferenceServicer, Undecodable, details, tolerant_deserializer
+from runtime.grpc.service import InferenceServicer, Undecodable, details, status_code, tolerant_deserializer
 from runtime.native.lanes import NativeLanes
 from runtime.protocol import service_pb2
 from runtime.types import InferResponse
@@ -51,8 +51,7 @@ _RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 # parsed with the message: views cost 3.5 µs more than copies for add_sub's two 16-byte tensors.
 SPLIT_MIN_BYTES = 64 * 1024
 # The gRPC code a lane answers a model's error with, by the core's status (as the servicer maps it).
-LANE_STATUS_CODES = [(status.value, GRPC_STATUS.get(status, GRPC_STATUS[Status.INTERNAL]).value[0])
-                     for status in Status]
+LANE_STATUS_CODES = [(status.value, status_code(status).value[0]) for status in Status]
 
 
 class _Method:
@@ -180,8 +179,7 @@ class NativeGrpcServer:
             if outcome is SERVE_AGAIN:
                 self._start(call, original)
             elif isinstance(outcome, ServingError):
-                call.finish(GRPC_STATUS.get(outcome.status, GRPC_STATUS[Status.INTERNAL]).value[0],
-                            details(outcome.message), None)
+                call.finish(status_code(outcome.status).value[0], details(outcome.message), None)
             else:
                 _finish_ok(call, encode_infer_response(cast(InferResponse, outcome)))
 

@@ -35,6 +35,11 @@ GRPC_STATUS = {
 }
 
 
+def status_code(status: Status) -> grpc.StatusCode:
+    """The gRPC code the adapter answers the core's ``status`` with (INTERNAL for one it does not map)."""
+    return GRPC_STATUS.get(status, grpc.StatusCode.INTERNAL)
+
+
 FINAL_RESPONSE = "triton_final_response"  # marks each stream response that ends its request
 # A request parameter: send the bare final flag of a decoupled model as an empty response of its own.
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
@@ -79,7 +84,7 @@ def _unary(method):
                 raise request.error
             return await method(self, request, context)
         except ServingError as exc:
-            await context.abort(GRPC_STATUS.get(exc.status, grpc.StatusCode.INTERNAL), details(exc.message))
+            await context.abort(status_code(exc.status), details(exc.message))
         except Exception:  # noqa: BLE001 - never leak a traceback to the client
             logger.exception("unexpected error in %s", method.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, "internal server error")
