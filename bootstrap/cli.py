@@ -33,6 +33,7 @@ from bootstrap.settings_meaning import (
     trace_settings,
 )
 from bootstrap.settings_schema import add_flags
+from handlers.onnx.environment import quiet_onnxruntime
 from runtime.extensions.log_settings import redact_secrets, storage_secrets
 
 if TYPE_CHECKING:
@@ -171,6 +172,7 @@ async def _serve(settings: FunctionSettings, source: ObjectStoreSource | None) -
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_onnxruntime()  # before any process starts, so that every worker inherits it too
     parser = main_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

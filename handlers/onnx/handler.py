@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from handlers.base import HandlerContext, TensorHandler, require_module
+from handlers.onnx.environment import quiet_onnxruntime
 from handlers.onnx.options import session_plan
 from runtime.datatypes import as_bytes_array
 from runtime.errors import InternalError, ModelLoadError
@@ -111,6 +112,7 @@ class OnnxRuntimeHandler(TensorHandler):
         self._run_options: Any = None
 
     def load(self) -> None:
+        quiet_onnxruntime()  # before its first import (handlers/onnx/environment.py)
         ort = require_module("onnxruntime", "onnx", "onnxruntime")
 
         path = self.context.require_model_file()
