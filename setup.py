@@ -1,8 +1,9 @@
 """The native parts: the lanes (``runtime/native/lanes_module.cc``, no library), the gRPC edge
 (``runtime/grpc/native_edge.cc``), built against the system's libgrpc++ where pkg-config finds it (Debian and
-Ubuntu: ``libgrpc++-dev``), and the JSON number arrays (``runtime/http/json_numbers.cc``, no library). Without any
-of them the package installs all the same: every request then goes through the core, gRPC is served by grpcio (the
-server logs that it is), JSON tensors are read and written by msgspec, more slowly. Everything else about the
+Ubuntu: ``libgrpc++-dev``), the JSON number arrays (``runtime/http/json_numbers.cc``, no library) and Python's own
+arenas from glibc's heap (``runtime/python_arenas.cc``, no library). Without any of them the package installs all
+the same: every request then goes through the core, gRPC is served by grpcio (the server logs that it is), JSON
+tensors are read and written by msgspec, more slowly, and Python maps its arenas itself. Everything else about the
 package is in pyproject.toml."""
 
 from __future__ import annotations
@@ -70,11 +71,15 @@ def extensions() -> list[Extension]:
         language="c++",
         extra_compile_args=["-std=c++17", "-O1" if sanitize else "-O2", "-fvisibility=hidden", *sanitize],
         extra_link_args=sanitize)
+    arenas = Extension(
+        "runtime._python_arenas", ["runtime/python_arenas.cc"], language="c++",
+        extra_compile_args=["-std=c++17", "-O1" if sanitize else "-O2", "-fvisibility=hidden", *sanitize],
+        extra_link_args=sanitize)
     flags = grpcpp_flags()
     if flags is None:
         print("warning: libgrpc++ not found (pkg-config grpc++): the native gRPC edge is not built")
-        return [lanes, json_numbers]
-    return [lanes, json_numbers, Extension(
+        return [lanes, json_numbers, arenas]
+    return [lanes, json_numbers, arenas, Extension(
         "runtime.grpc._native_edge", ["runtime/grpc/native_edge.cc"],
         depends=[*sorted(str(header) for header in Path("runtime/grpc").glob("*.h")), *native_headers],
         include_dirs=["."], define_macros=abi,

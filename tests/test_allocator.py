@@ -1,9 +1,12 @@
 """runtime/allocator.py's watch of glibc's freed memory: it looks after the server has served, and an idle server is
-not woken to look again (each look costs a thread's wake-up)."""
+not woken to look again (each look costs a thread's wake-up); Python's arenas and frame-stack chunks from the heap."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -53,3 +56,49 @@ def test_without_an_activity_signal_it_looks_every_interval(monkeypatch):
 
     asyncio.run(watch())
     assert len(looks) >= 4
+
+
+# Calls at every depth from 0 to 600, 300 at each: one of the depths sits where a 16 KiB frame-stack chunk ends
+# (gh-142183). The page faults the loop costs, in a fresh interpreter, with the arenas from the heap or not.
+CHUNK_EDGE_LOOP = textwrap.dedent("""
+    import resource, sys
+    from runtime import allocator
+    if sys.argv[1] == "heap":
+        assert allocator.tune_allocator()
+    def leaf():
+        return 1
+    def at_depth(depth):
+        if depth:
+            return at_depth(depth - 1)
+        for _ in range(300):
+            leaf()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for depth in range(600):
+        at_depth(depth)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+""")
+
+
+def _chunk_edge_faults(mode: str) -> int:
+    done = subprocess.run([sys.executable, "-c", CHUNK_EDGE_LOOP, mode], capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+@pytest.mark.skipif(not allocator.NATIVE_ARENAS_BUILT, reason="runtime._python_arenas was not built")
+def test_calls_at_a_chunk_edge_take_no_fresh_pages_once_arenas_come_from_the_heap():
+    heap = _chunk_edge_faults("heap")
+    assert heap < 200, heap
+    if sys.version_info < (3, 13):  # where CPython maps and unmaps the chunk on each call
+        assert _chunk_edge_faults("mapped") > 1000
+
+
+def test_a_block_mapped_before_the_heap_allocator_is_given_back_to_its_own_allocator():
+    """Arenas alive across the switch (this test process made many before) are freed by munmap, not free():
+    thousands of objects made before and dropped after, then a collection, and the process goes on."""
+    made_before = [[index] * 20 for index in range(200_000)]  # several arenas of small objects
+    assert allocator.tune_allocator()
+    del made_before
+    import gc
+
+    gc.collect()
+    assert sum(len([index] * 20) for index in range(1000)) == 20_000
