@@ -20,12 +20,15 @@ Prints one line per measurement and a ratio against the baseline measured in the
   prepared (target: ours <= 0.5x Triton's time).
 - idle: a ready server with every listener on and nothing to do, for each model: the CPU its process tree uses over
   ``--idle-seconds`` (target <= 0.1% of a core) and its resident memory at rest.
+- ``--ort-graph-cache`` (apart): what caching ONNX Runtime's optimized graph would save, on ResNet-50 exported to
+  ONNX: a session from the model as given (graph optimizations on, Triton's default), one that also saves its
+  optimized graph (what a cold cache would pay), and one from the saved graph (what a warm restart would pay).
 
 The servers run with compiled bytecode, as an installed wheel (and so the image) has it: the checkout's
 environment may set PYTHONDONTWRITEBYTECODE, so they get a bytecode cache of their own (PYTHONPYCACHEPREFIX)
 that an unmeasured first start fills.
 
-Usage: ``.venv/bin/python -m scripts.bench_cold_start [--sync-gib 1] [--repeat 3] [--skip-sync]``
+Usage: ``.venv/bin/python -m scripts.bench_cold_start [--sync-gib 1] [--repeat 3] [--skip-sync] [--ort-graph-cache]``
 """
 
 from __future__ import annotations
@@ -270,6 +273,37 @@ def build_torch_repository(root: Path, instances: int) -> Path:
     return root
 
 
+def bench_ort_graph_cache(work: Path, repeat: int) -> dict:
+    """Session creation for ResNet-50 (scripts/bench_models.py's, exported to ONNX): as given, saving the optimized
+    graph (``optimized_model_filepath``), and from the saved graph; medians of ``repeat`` + 2, in this process."""
+    import torch
+
+    from handlers.onnx.environment import quiet_onnxruntime
+    from scripts.bench_models import _resnet50
+
+    quiet_onnxruntime()
+    import onnxruntime as ort
+
+    given, optimized = work / "resnet50.onnx", work / "resnet50.optimized.onnx"
+    torch.onnx.export(_resnet50().eval(), (torch.ones(1, 3, 224, 224),), str(given), input_names=["INPUT__0"],
+                      output_names=["OUTPUT__0"], dynamic_axes={"INPUT__0": {0: "batch"}}, dynamo=False)
+
+    def session_seconds(path: Path, save: Path | None = None) -> float:
+        options = ort.SessionOptions()  # graph optimizations all on: Triton's default and ours
+        if save is not None:
+            options.optimized_model_filepath = str(save)
+        started = time.perf_counter()
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return time.perf_counter() - started
+
+    session_seconds(given, optimized)
+    count = repeat + 2
+    return {"given_s": median_of(count, lambda: session_seconds(given)),
+            "saving_s": median_of(count, lambda: session_seconds(given, work / "resaved.onnx")),
+            "from_saved_s": median_of(count, lambda: session_seconds(optimized)),
+            "model_bytes": given.stat().st_size}
+
+
 def median_of(repeat: int, measure) -> float:
     return statistics.median(measure() for _ in range(repeat))
 
@@ -281,7 +315,19 @@ def main() -> None:
     parser.add_argument("--skip-sync", action="store_true")
     parser.add_argument("--output", type=Path, default=ROOT / "bench_cold_start.json")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="how long the idle server is watched")
+    parser.add_argument("--ort-graph-cache", action="store_true",
+                        help="measure only what caching ONNX Runtime's optimized graph would save")
     args = parser.parse_args()
+    if args.ort_graph_cache:
+        with tempfile.TemporaryDirectory() as folder:
+            cache = bench_ort_graph_cache(Path(folder), args.repeat)
+        given = cache["given_s"]
+        print(f"ResNet-50 ONNX ({cache['model_bytes'] / 1e6:.0f} MB), session creation: as given {given * 1000:.0f} "
+              f"ms; saving its optimized graph {cache['saving_s'] * 1000:.0f} ms (a cold cache: "
+              f"{cache['saving_s'] / given:.2f}x); from the saved graph {cache['from_saved_s'] * 1000:.0f} ms (a warm "
+              f"restart: {cache['from_saved_s'] / given:.2f}x)")
+        args.output.write_text(json.dumps({"ort_graph_cache": cache}, indent=2))
+        return
     os.environ.update(S3_ENV)
     oracle = Path(os.environ["ORACLE_HOME"]) if os.environ.get("ORACLE_HOME") else None
     if oracle is not None and not (oracle / "ready").is_file():
