@@ -279,13 +279,13 @@ def bench_ort_graph_cache(work: Path, repeat: int) -> dict:
     import torch
 
     from handlers.onnx.environment import quiet_onnxruntime
-    from scripts.bench_models import _resnet50
+    from scripts.bench_models import resnet50_module
 
     quiet_onnxruntime()
     import onnxruntime as ort
 
     given, optimized = work / "resnet50.onnx", work / "resnet50.optimized.onnx"
-    torch.onnx.export(_resnet50().eval(), (torch.ones(1, 3, 224, 224),), str(given), input_names=["INPUT__0"],
+    torch.onnx.export(resnet50_module().eval(), (torch.ones(1, 3, 224, 224),), str(given), input_names=["INPUT__0"],
                       output_names=["OUTPUT__0"], dynamic_axes={"INPUT__0": {0: "batch"}}, dynamo=False)
 
     def session_seconds(path: Path, save: Path | None = None) -> float:

@@ -161,7 +161,7 @@ def build_repository(root: Path, server: str = "ours") -> Path:
     torch.manual_seed(0)
     torch.jit.script(_conv_stand_in().eval()).save(str(root / "resnet50_pt" / "1" / "model.pt"))
     torch.manual_seed(0)
-    torch.jit.script(_resnet50().eval()).save(str(root / "resnet50_full" / "1" / "model.pt"))
+    torch.jit.script(resnet50_module().eval()).save(str(root / "resnet50_full" / "1" / "model.pt"))
     return root
 
 
@@ -203,7 +203,7 @@ def _conv_stand_in():
     return ConvStandIn()
 
 
-def _resnet50():
+def resnet50_module():
     """ResNet-50 as torchvision builds it (v1.5: the stride on the 3x3 convolution), without torchvision."""
     import torch
     from torch import nn
