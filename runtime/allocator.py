@@ -30,6 +30,8 @@ import importlib.util
 import logging
 from collections.abc import Callable
 
+from runtime.idle_timers import aligned_delay
+
 logger = logging.getLogger(__name__)
 
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's largest allowed value on 64-bit systems
@@ -87,7 +89,7 @@ async def keep_giving_back_free_memory(interval: float = TRIM_CHECK_SECONDS,
     looked_after = None  # the activity the last look followed, where it found nothing to give back
     wait = interval
     while True:
-        await asyncio.sleep(wait)
+        await asyncio.sleep(aligned_delay(wait))  # woken with the server's other looks
         activity = last_activity() if last_activity is not None else None
         if activity is not None and activity == looked_after:
             wait = min(wait * 2, interval * IDLE_BACKOFF)  # idle: the loop is woken less and less often

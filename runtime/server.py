@@ -21,6 +21,7 @@ from runtime.extensions.tracing import Tracer, TraceSettings, trace_exporter
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerRegistry
 from runtime.http.app import create_metrics_app
 from runtime.http.server import HttpServer
+from runtime.idle_timers import aligned_delay
 from runtime.models.control import ModelControl, RepositorySource
 from runtime.models.manager import ModelManager
 from runtime.models.on_demand import OnDemandLoader, OnDemandSettings
@@ -247,7 +248,7 @@ class Server:
     async def _exit_when_idle(self, stop: asyncio.Event) -> None:
         timeout = self.options.idle_timeout
         while True:
-            await asyncio.sleep(min(1.0, timeout))
+            await asyncio.sleep(aligned_delay(min(1.0, timeout)))
             idle = time.monotonic() - self.service.last_activity
             if self.service.in_flight == 0 and idle >= timeout:
                 logger.info("idle for %.0fs: stopping", idle)

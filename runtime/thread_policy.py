@@ -17,6 +17,8 @@ import asyncio
 import logging
 import os
 
+from runtime.idle_timers import aligned_delay
+
 logger = logging.getLogger(__name__)
 
 RESCAN_SECONDS = 1.0  # threads that escaped (started under another policy) join at the next look
@@ -82,5 +84,5 @@ async def _rescan(interval: float) -> None:
     change: an idle server is not woken for them."""
     wait = interval
     while True:
-        await asyncio.sleep(wait)
+        await asyncio.sleep(aligned_delay(wait))  # woken with the server's other looks
         wait = interval if batch_existing_threads() else min(wait * 2, interval * RESCAN_BACKOFF)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import queue
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -256,8 +257,19 @@ class WorkerHost:
 
 def _exit_when_orphaned(server_pid: int) -> None:
     """Exit once the server is gone: this process was re-parented (its parent, the server or the template
-    process forked for it, ended), or the server's pid is gone."""
+    process forked for it, ended), or the server's pid is gone. Where the kernel gives process handles (pidfd,
+    Linux 5.3) the thread sleeps until one of them ends; elsewhere it looks every _PARENT_CHECK_SECONDS."""
     parent = os.getppid()
+    handles = _process_handles((parent, server_pid))
+    if handles is not None:
+        if os.getppid() != parent:  # the parent ended before its handle was taken
+            os._exit(0)
+        ended = select.poll()
+        for handle in handles:
+            ended.register(handle, select.POLLIN)
+        while not ended.poll():
+            pass
+        os._exit(0)
     while True:
         time.sleep(_PARENT_CHECK_SECONDS)
         if os.getppid() != parent:
@@ -268,6 +280,25 @@ def _exit_when_orphaned(server_pid: int) -> None:
             os._exit(0)
         except PermissionError:
             pass  # a pid reused by another user's process: the re-parenting check still holds
+
+
+def _process_handles(pids: tuple[int, ...]) -> list[int] | None:
+    """A pidfd for each process, readable once it ends (None: the kernel or a sandbox gives none); a process
+    already gone ends this one."""
+    open_handle = getattr(os, "pidfd_open", None)
+    if open_handle is None:
+        return None
+    handles = []
+    for pid in dict.fromkeys(pids):
+        try:
+            handles.append(open_handle(pid))
+        except ProcessLookupError:
+            os._exit(0)
+        except OSError:
+            for handle in handles:
+                os.close(handle)
+            return None
+    return handles
 
 
 def _execute(runner: ModelRunner, host: WorkerHost, batch_id: int, requests: list, separately: bool,

@@ -36,6 +36,8 @@ from typing import IO
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runtime.idle_timers import aligned_delay
+
 logger = logging.getLogger(__name__)
 
 INTERVAL = 0.25
@@ -98,7 +100,7 @@ class HeaderShedder:
             return
         try:
             while True:
-                await asyncio.sleep(INTERVAL if self.check() else IDLE_INTERVAL)
+                await asyncio.sleep(aligned_delay(INTERVAL if self.check() else IDLE_INTERVAL))
         finally:
             self.close()
 

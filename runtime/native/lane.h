@@ -253,7 +253,7 @@ class Lane {
     std::string frame;
     while (true) {
       pollfd watch[2] = {{socket_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      int ready = poll(watch, 2, 100);
+      int ready = poll(watch, 2, PollTimeoutMs());
       if (ready < 0 && errno == EINTR) continue;
       if (watch[1].revents) return End("lost");  // Shutdown: a call still under way is given back
       if (ready == 0) {
@@ -281,6 +281,16 @@ class Lane {
       if (!Answered(frame)) GiveBack("answer", std::move(frame));
       frame = std::string();
     }
+  }
+
+  // How long the reader may sleep: a call under way is held to its timeout every kBusyPollMs; an idle lane wakes
+  // only to give its buffer back (kIdlePollMs: ten wake-ups a second were most of an idle server's CPU), and no
+  // later than a call sent meanwhile could fall due.
+  int PollTimeoutMs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_ != nullptr) return kBusyPollMs;
+    double timeout_ms = spec_.timeout_s * 1e3;
+    return timeout_ms < kIdlePollMs ? std::max(1, static_cast<int>(timeout_ms)) : kIdlePollMs;
   }
 
   // The buffer's pages written by large inputs go back to the system once the lane has been idle a while: they
@@ -385,6 +395,8 @@ class Lane {
   // the buffer's bytes written since its pages were last given back (at first: all, as far as this lane knows,
   // since a lane it replaced on the same worker may have written them)
   std::atomic<size_t> written_{SIZE_MAX};
+  static constexpr int kBusyPollMs = 100;
+  static constexpr int kIdlePollMs = 1000;
   static constexpr size_t kKeptBufferBytes = 4 << 20;  // less than this stays mapped and written
   static constexpr uint64_t kIdleBeforeGivingBackNs = 1'000'000'000;
   std::chrono::steady_clock::time_point ended_ = std::chrono::steady_clock::now();  // the last call's end (mu_)

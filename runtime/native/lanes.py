@@ -38,6 +38,7 @@ from runtime.config.spec import ModelSpec
 from runtime.datatypes import wire_dtype
 from runtime.direct_path import SERVE_AGAIN, DirectModel, LaneAnswer, LaneRequest
 from runtime.errors import InternalError, ServingError, Status, Unavailable
+from runtime.idle_timers import aligned_delay
 from runtime.types import InferRequest, RequestedOutput
 
 logger = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ class NativeLanes:
         # what changes it (tracing's settings, a model loaded or unloaded, the drain) is told at once
         # (watch_direct_offer), and a worker going away stops its lane itself
         self._interval = RECONCILE_SECONDS if changed else min(self._interval * 2, IDLE_RECONCILE_SECONDS)
-        self._timer = self.loop.call_later(self._interval, self._tick)
+        self._timer = self.loop.call_later(aligned_delay(self._interval), self._tick)  # with the other looks
 
     def reconcile(self) -> bool:
         """Open and retire lanes to follow the core's offer; note the server active while lanes serve. Whether
