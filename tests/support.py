@@ -11,7 +11,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -162,6 +162,22 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+Reading = TypeVar("Reading")
+
+
+def settled(read: Callable[[], Reading], steady: int, interval: float, timeout: float,
+            key: Callable[[Reading], object] = lambda reading: reading) -> Reading:
+    """``read()`` once ``steady`` readings in a row, ``interval`` apart, agree (by ``key``), or the last one at
+    ``timeout``: a count caught mid-change (a socket closing, a retired lane's buffer) is not compared."""
+    deadline = time.monotonic() + timeout
+    readings = [read()]
+    while time.monotonic() < deadline and (len(readings) < steady
+                                           or len({key(reading) for reading in readings[-steady:]}) > 1):
+        time.sleep(interval)
+        readings.append(read())
+    return readings[-1]
 
 
 def first_answer_once_admitted(open_stream: Callable[[], Iterator], timeout: float = 10.0) -> Any:

@@ -4,6 +4,7 @@ not woken to look again (each look costs a thread's wake-up); Python's arenas an
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import sys
 import textwrap
@@ -98,7 +99,5 @@ def test_a_block_mapped_before_the_heap_allocator_is_given_back_to_its_own_alloc
     made_before = [[index] * 20 for index in range(200_000)]  # several arenas of small objects
     assert allocator.tune_allocator()
     del made_before
-    import gc
-
     gc.collect()
     assert sum(len([index] * 20) for index in range(1000)) == 20_000

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from handlers.python.transport import INLINE, INLINE_MAX_BYTES, Arena, PeerMemory
 from runtime.memfd_arena import ALIGNMENT
-from tests.support import ServerProcess, write_model
+from tests.support import ServerProcess, settled, write_model
 
 
 def _pair(arena: Arena) -> PeerMemory:
@@ -119,15 +119,10 @@ def _shared_memory_fds(pid: int) -> int:
     return count
 
 
-def _settled_shared_memory_fds(pid: int, timeout: float = 20.0) -> int:
+def _settled_shared_memory_fds(pid: int) -> int:
     """The count once it has held for a second: a retired lane ends its buffer a few reconcile ticks after the
     worker it served went away, later still on a loaded machine."""
-    deadline = time.monotonic() + timeout
-    readings = [_shared_memory_fds(pid)]
-    while time.monotonic() < deadline and (len(readings) < 5 or len(set(readings[-5:])) > 1):
-        time.sleep(0.25)
-        readings.append(_shared_memory_fds(pid))
-    return readings[-1]
+    return settled(lambda: _shared_memory_fds(pid), steady=5, interval=0.25, timeout=20.0)
 
 
 def test_worker_crashes_leave_no_shared_memory_or_descriptors(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import ServerProcess, write_model
+from tests.support import ServerProcess, settled, write_model
 
 CONFIG = """
 backend: "python"
@@ -41,14 +41,7 @@ def resources(pid: int) -> dict[str, int]:
 def settled_resources(pid: int, timeout: float = 3.0) -> dict[str, int]:
     """``resources`` once the server has closed the connections a load just dropped (the file-descriptor count
     stops moving), so that two snapshots compare steady states, not sockets caught mid-close."""
-    deadline = time.monotonic() + timeout
-    current = resources(pid)
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        previous, current = current, resources(pid)
-        if current["fds"] == previous["fds"]:
-            break
-    return current
+    return settled(lambda: resources(pid), steady=2, interval=0.1, timeout=timeout, key=lambda found: found["fds"])
 
 
 async def _load(url: str, seconds: float, clients: int) -> tuple[list[int], list[float], list[bool]]:
