@@ -122,9 +122,9 @@ def _first_refresh(settings: FunctionSettings, tell: Callable[[object], None]) -
 def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None) -> ServerOptions:
     from handlers import handler_class
     from handlers.auto_complete import complete_config
-    from runtime.adapters import AdapterSettings
+    from runtime.adapter_settings import AdapterSettings
     from runtime.grpc.limits import GrpcLimits
-    from runtime.http.server import HttpLimits
+    from runtime.http.limits import HttpLimits
     from runtime.models.on_demand import OnDemandSettings
     from runtime.server import ServerOptions
 

@@ -11,22 +11,20 @@ import shutil
 import socket
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime.adapter_settings import AdapterSettings
 from runtime.api import InferenceApi
 from runtime.auth import TokenAuth
-from runtime.grpc.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_DETAILS_BYTES, GrpcLimits
+from runtime.grpc.limits import MAX_DETAILS_BYTES
 from runtime.header_forward import header_forward
 from runtime.http.app import create_http_app
-from runtime.http.body import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
-from runtime.http.server import HttpLimits, HttpServer, check_bindable
+from runtime.http.sending import UnsentBytes
+from runtime.http.server import HttpServer, check_bindable
 from runtime.native.lanes import NativeLanes, open_lanes
-from runtime.openai.options import OpenAiOptions
 from runtime.openai.restrictions import restriction_guard
 from runtime.openai.routes import openai_mounts
-from runtime.restricted_api import RestrictedApis
 
 if TYPE_CHECKING:
     from runtime.http.adopted import AdoptedHttp1
@@ -35,31 +33,6 @@ if TYPE_CHECKING:
     from runtime.listen.single_port import SinglePortServer
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class AdapterSettings:
-    """What the HTTP and gRPC adapters serve, and under which limits (picklable: front ends receive it)."""
-
-    host: str = "0.0.0.0"
-    http_port: int | None = 8000
-    grpc_port: int | None = 8001
-    max_request_bytes: int = DEFAULT_MAX_BODY_BYTES
-    grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    json_decode_budget: int = DEFAULT_JSON_BUDGET_BYTES
-    http_limits: HttpLimits = field(default_factory=HttpLimits)
-    grpc_limits: GrpcLimits = field(default_factory=GrpcLimits)
-    auth_token: str | None = None
-    auth_exempt_health: bool = True
-    http_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --http-restricted-api
-    grpc_restrictions: RestrictedApis = field(default_factory=RestrictedApis)  # --grpc-restricted-protocol
-    single_port: bool = False  # REST and gRPC both on http_port (runtime/listen/single_port.py)
-    openai: OpenAiOptions = field(default_factory=OpenAiOptions)  # the OpenAI-compatible endpoints' options
-    http_header_forward: str = ""  # headers infer requests carry as parameters (--http-header-forward-pattern)
-    grpc_header_forward: str = ""  # call metadata the same (--grpc-header-forward-pattern)
-
-    def auth(self) -> TokenAuth | None:
-        return TokenAuth(self.auth_token) if self.auth_token else None
 
 
 def _listening_socket(host: str, port: int, backlog: int, option: int = socket.SO_REUSEADDR) -> socket.socket:
@@ -186,12 +159,12 @@ class ProtocolAdapters:
         return True
 
     def _rest_app(self, auth: TokenAuth | None) -> Any:
-        settings = self.settings
-        openai = openai_mounts(self.service, settings.max_request_bytes, settings.http_limits.body_timeout,
-                               settings.openai)
+        settings, limits = self.settings, self.settings.http_limits
+        openai = openai_mounts(self.service, settings.max_request_bytes, limits.body_timeout, settings.openai)
         return create_http_app(self.service, settings.max_request_bytes, auth, settings.auth_exempt_health,
-                               settings.http_limits.body_timeout, settings.json_decode_budget,
-                               settings.http_limits.unsent_bytes(), settings.http_restrictions, self.lanes,
+                               limits.body_timeout, settings.json_decode_budget,
+                               UnsentBytes(limits.max_unsent_bytes, limits.send_timeout), settings.http_restrictions,
+                               self.lanes,
                                header_forward(settings.http_header_forward), openai,
                                restriction_guard(settings.openai.restrictions))
 

@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.adapters import AdapterSettings, ProtocolAdapters
+from runtime.adapter_settings import AdapterSettings
 from runtime.allocator import keep_giving_back_free_memory
 from runtime.core import InferenceService
 from runtime.devices import gpu_count
 from runtime.extensions.response_cache import ResponseCache
 from runtime.extensions.tracing import Tracer, TraceSettings, trace_exporter
 from runtime.handler import DEFAULT_EXECUTE_TIMEOUT_SECONDS, HandlerRegistry
-from runtime.http.app import create_metrics_app
-from runtime.http.server import HttpServer
 from runtime.idle_timers import aligned_delay
 from runtime.models.control import ModelControl, RepositorySource
 from runtime.models.manager import ModelManager
@@ -37,7 +35,9 @@ from runtime.thread_policy import batch_threads
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from runtime.adapters import ProtocolAdapters
     from runtime.frontends.pool import FrontEndPool
+    from runtime.http.server import HttpServer
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 EXIT_OK = 0  # stopped and drained cleanly
 EXIT_FAILED = 1  # could not start (port taken, storage unreachable) or a server stopped unexpectedly
 EXIT_CUT_OFF = 3  # stopped at the shutdown deadline: in-flight work was cut off, busy workers killed
+# How long after the cold start's models are ready the start-up work that waits for them begins.
+AFTER_LOAD_SECONDS = 1.0
 # How long past the shutdown deadline the process may take to wind down before it is ended outright.
 EXIT_GRACE_SECONDS = 5.0
 
@@ -84,6 +86,15 @@ class ServerOptions:
     # the auto-complete that fills in configs (Triton's), used unless auto_complete_config is off.
     handlers: HandlerRegistry | None = None
     completer: ConfigCompleter | None = None
+
+
+def _import_adapters(grpc: bool) -> None:
+    """Import what serving the protocols needs (the caller's thread then finds it imported)."""
+    import runtime.adapters  # noqa: F401 - imported for its side effect: the HTTP stack loaded
+    import runtime.http.app  # noqa: F401
+
+    if grpc:
+        import runtime.grpc.server  # noqa: F401
 
 
 def _end_process_after(seconds: float, code: int) -> None:
@@ -154,6 +165,13 @@ class Server:
         if batching is not None:
             background.append(batching)
         try:
+            # The protocol stacks (starlette, granian, grpc: a third of a start) import in a thread while the first
+            # models load, so that a Python model's worker comes up meanwhile on another core.
+            await asyncio.to_thread(_import_adapters, grpc=endpoints.grpc_port is not None)
+            from runtime.adapters import ProtocolAdapters
+            from runtime.http.app import create_metrics_app
+            from runtime.http.server import HttpServer
+
             if options.frontend_processes > 0:
                 adapters = self._frontend_pool()
             else:
@@ -240,8 +258,14 @@ class Server:
         ready = sum(1 for row in self.manager.index() if row.get("state") == "READY")
         logger.info("initial load finished: %d model version(s) ready", ready)
         await listening.wait()
-        for prepare in after_load:  # in a thread: the first requests may be arriving now
-            threading.Thread(target=prepare, daemon=True, name="after-load").start()
+
+        def start_after_load() -> None:
+            for prepare in after_load:  # in a thread: the first requests may be arriving now
+                threading.Thread(target=prepare, daemon=True, name="after-load").start()
+
+        # a little later: the platform's readiness probes and first requests come first (the work takes tens of
+        # milliseconds of the loop's interpreter)
+        asyncio.get_running_loop().call_later(AFTER_LOAD_SECONDS, start_after_load)
         if self.options.model_control == "poll":
             await self.control.poll_forever()
 

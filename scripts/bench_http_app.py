@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 async def measure(model: str, requests: int, concurrency: int, profile: bool, worker_cpu: int | None) -> None:
-    from runtime.adapters import AdapterSettings
+    from runtime.adapter_settings import AdapterSettings
     from runtime.http.app import create_http_app
     from runtime.server import Server, ServerOptions
     from scripts.bench_frontends import request_files

@@ -12,7 +12,7 @@ import httpx
 
 from handlers import handler_class
 from handlers.auto_complete import complete_config
-from runtime.adapters import AdapterSettings
+from runtime.adapter_settings import AdapterSettings
 from runtime.core import InferenceService
 from runtime.http.app import create_http_app
 from runtime.server import Server, ServerOptions

@@ -13,9 +13,9 @@ import pytest
 from bootstrap.hand_off import RECORDS, hand_off, handed_into
 from bootstrap.settings import FunctionSettings, parse_settings
 from bootstrap.settings_schema import declared
-from runtime.adapters import AdapterSettings
+from runtime.adapter_settings import AdapterSettings
 from runtime.grpc.limits import GrpcLimits
-from runtime.http.server import HttpLimits
+from runtime.http.limits import HttpLimits
 from runtime.models.on_demand import OnDemandSettings
 from runtime.server import ServerOptions
 

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from runtime.http.adopted import COALESCE_BYTES, MAX_HEADER_BYTES, AdoptedHttp1, CoalescingTransport
-from runtime.http.server import HttpLimits
+from runtime.http.limits import HttpLimits
 
 
 class _App:

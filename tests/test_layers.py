@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bootstrap",),
     ("runtime.server",),
     ("runtime.frontends",),
-    ("runtime.adapters",),
+    ("runtime.adapters", "runtime.adapter_settings"),
     ("runtime.openai",),
     ("runtime.listen",),
     ("runtime.http", "runtime.grpc"),

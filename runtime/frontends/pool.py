@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.adapters import AdapterSettings
+from runtime.adapter_settings import AdapterSettings
 from runtime.frontends.endpoint import serve_link
 from runtime.frontends.wire import send_blocking
 from runtime.http.server import check_bindable

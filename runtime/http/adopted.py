@@ -38,7 +38,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from runtime.http.body import MAX_BODY_CHUNKS, TOO_MANY_CHUNKS
-from runtime.http.server import HttpLimits
+from runtime.http.limits import HttpLimits
 from runtime.http.status import error_body
 
 logger = logging.getLogger(__name__)

@@ -21,16 +21,11 @@ from runtime.direct_path import DirectLanes
 from runtime.errors import InvalidArgument, ServingError, Unauthenticated, Unsupported
 from runtime.extensions.cuda_shared_memory import decode_ipc_handle
 from runtime.header_forward import HeaderForward
-from runtime.http.body import (
-    DEFAULT_BODY_TIMEOUT,
-    DEFAULT_JSON_BUDGET_BYTES,
-    DEFAULT_MAX_BODY_BYTES,
-    ByteBudget,
-    read_body,
-)
+from runtime.http.body import DEFAULT_BODY_TIMEOUT, ByteBudget, read_body
 from runtime.http.codec import parse_json
 from runtime.http.generate import GenerateEndpoints
 from runtime.http.infer_route import InferRoute
+from runtime.http.limits import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 from runtime.http.restricted import RestrictedApiMiddleware
 from runtime.http.sending import UnsentBytes
 from runtime.http.status import error_body, error_status

@@ -12,8 +12,8 @@ from starlette.types import Receive
 
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import Cancelled, DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable, Unsupported
+from runtime.http.limits import DEFAULT_JSON_BUDGET_BYTES, DEFAULT_MAX_BODY_BYTES
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # A body without a Content-Length (chunked, or HTTP/2 frames) is held as the pieces the listener hands over: at
 # most this many non-empty ones, as Triton 2.69 caps a chunked body's chunks (server #8770), so that a million
 # one-byte chunks cannot cost a million objects.
@@ -21,7 +21,6 @@ MAX_BODY_CHUNKS = 1 << 16
 TOO_MANY_CHUNKS = (f"Chunked request body exceeds maximum of {MAX_BODY_CHUNKS} non-empty chunks. Send fewer or "
                    "larger HTTP chunks.")
 DEFAULT_BODY_TIMEOUT = 120.0
-DEFAULT_JSON_BUDGET_BYTES = 256 * 1024 * 1024
 
 
 class BodyTimeout(DeadlineExceeded):

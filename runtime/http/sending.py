@@ -24,6 +24,7 @@ from starlette.types import Send
 
 from runtime.deadline_wheel import deadline_wheel
 from runtime.errors import Unavailable
+from runtime.http.limits import DEFAULT_MAX_UNSENT_BYTES, DEFAULT_SEND_TIMEOUT
 from runtime.http.status import error_body
 
 logger = logging.getLogger(__name__)
@@ -31,8 +32,6 @@ logger = logging.getLogger(__name__)
 Part = bytes | memoryview  # a piece of an answer's body, read where it lies
 CHUNK_BYTES = 256 * 1024
 STALLED_SECONDS = 1.0
-DEFAULT_SEND_TIMEOUT = 30.0
-DEFAULT_MAX_UNSENT_BYTES = 1 << 30
 
 
 @dataclass(eq=False)

@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import sys
-from dataclasses import dataclass
 
 from granian.constants import HTTPModes, Interfaces
 from granian.http import HTTP1Settings, HTTP2Settings
@@ -29,28 +28,10 @@ from granian.net import SocketHolder, SocketSpec
 from granian.server.embed import Server as EmbeddedGranian
 from starlette.types import ASGIApp
 
-from runtime.http.sending import DEFAULT_MAX_UNSENT_BYTES, DEFAULT_SEND_TIMEOUT, UnsentBytes
+from runtime.http.limits import HttpLimits
 from runtime.http.shedding import HeaderShedder
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class HttpLimits:
-    """Connection limits of an HTTP listener (function.yaml ``server.http``)."""
-
-    header_timeout: float = 30.0  # seconds to receive a request's headers; idle keep-alive timeout too
-    body_timeout: float = 120.0  # seconds to receive a whole request body
-    max_connections: int = 4096  # connections served at once
-    max_concurrent_streams: int = 256  # per HTTP/2 connection
-    ping_interval: float = 30.0  # HTTP/2: seconds between keep-alive pings; a peer that does not answer is dropped
-    backlog: int = 1024
-    send_timeout: float = DEFAULT_SEND_TIMEOUT  # seconds a client may take to accept each chunk of a large answer
-    max_unsent_bytes: int = DEFAULT_MAX_UNSENT_BYTES  # answers being sent to clients, per serving process
-
-    def unsent_bytes(self) -> UnsentBytes:
-        """The bound on answers being sent that one serving process applies (``sending.py``)."""
-        return UnsentBytes(self.max_unsent_bytes, self.send_timeout)
 
 
 class _MessageFilter(logging.Filter):

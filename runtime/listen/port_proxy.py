@@ -32,7 +32,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from runtime.http.server import HttpLimits
+from runtime.http.limits import HttpLimits
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ import socket
 import sys
 from collections.abc import Callable
 
-from runtime.http.server import HttpLimits, check_bindable
+from runtime.http.limits import HttpLimits
+from runtime.http.server import check_bindable
 
 logger = logging.getLogger(__name__)
 
