@@ -35,6 +35,7 @@ from bootstrap.settings_meaning import (
 from bootstrap.settings_schema import add_flags
 from handlers.onnx.environment import quiet_onnxruntime
 from runtime.extensions.log_settings import redact_secrets, storage_secrets
+from runtime.openblas_threads import short_openblas_spin
 
 if TYPE_CHECKING:
     from bootstrap.early_sync import EarlySync
@@ -173,6 +174,7 @@ async def _serve(settings: FunctionSettings, source: ObjectStoreSource | None) -
 
 def main(argv: list[str] | None = None) -> int:
     quiet_onnxruntime()  # before any process starts, so that every worker inherits it too
+    short_openblas_spin()  # before numpy's import, here and in every worker
     parser = main_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -232,7 +234,7 @@ def _start_worker_template(settings: FunctionSettings, frameworks: list[str] | N
 
         if frameworks is None:
             frameworks = frameworks_imported(_model_sources(models))
-        start_template(frameworks=frameworks)
+        start_template(frameworks=frameworks, entry_modules=["bootstrap.cli"])  # this module: the entry script's
 
 
 MODEL_SOURCE_BYTES = 1 << 20  # what is read of a model.py for its imports

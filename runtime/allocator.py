@@ -53,6 +53,12 @@ class _Mallinfo2(ctypes.Structure):
 
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """glibc by its soname; else whatever ``find_library`` names (which runs ``ldconfig -p``: a process, 3 ms of a
+    start, in the server and in every worker)."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        pass
     name = ctypes.util.find_library("c")
     try:
         return ctypes.CDLL(name) if name is not None else None

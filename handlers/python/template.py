@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from multiprocessing.context import ForkServerContext, SpawnContext
 
 START_METHOD_ENV = "SERVERLESS_TRITON_PYTHON_WORKERS"
-# "__main__": the entry script (`bootstrap`), imported once in the template rather than in every worker.
+# "__main__": the entry script (`bootstrap`), imported once in the template rather than in every worker, where the
+# interpreter's forkserver does so (3.13 and later: CPython gh-137996; see ``entry_modules`` below).
 PRELOAD = ["__main__", "handlers.python.worker"]
 # Frameworks worth importing in the template where a model imports them (fork-safe without a GPU context), named
 # to the template in FRAMEWORKS_ENV and imported there by template_imports.py.
@@ -51,18 +52,21 @@ def frameworks_imported(sources: Iterable[str]) -> list[str]:
     return found
 
 
-def start_template(background: bool = True, frameworks: Sequence[str] = ()) -> None:
+def start_template(background: bool = True, frameworks: Sequence[str] = (), entry_modules: Sequence[str] = ()) -> None:
     """Start the template process now (in a thread: the caller goes on with its own imports meanwhile), importing
-    ``frameworks`` too (see :func:`frameworks_imported`; only the first start's count)."""
+    ``frameworks`` too (see :func:`frameworks_imported`) and ``entry_modules``, what the server's entry script
+    imports: each worker runs that script again as it starts (multiprocessing's fix-up of ``__main__``, which
+    CPython 3.11's forkserver never preloads), which then finds them imported (about 20 ms of each worker's start
+    for ``bootstrap``). Only the first start's arguments count."""
     if not uses_template():
         return
     global _configured
     with _lock:
         if not _configured:
-            preload = PRELOAD
+            preload = [*PRELOAD, *entry_modules]
             if frameworks:
                 os.environ[FRAMEWORKS_ENV] = ",".join(frameworks)  # the template inherits the environment
-                preload = [*PRELOAD, "handlers.python.template_imports"]
+                preload.append("handlers.python.template_imports")
             multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
             _configured = True
     if background:

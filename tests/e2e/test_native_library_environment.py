@@ -1,6 +1,7 @@
-"""onnxruntime's telemetry stays off in the server and in the Python workers (handlers/onnx/environment.py): its
-1DS client, on by default since 1.32, writes under ``~/.cache/Microsoft`` at the first session and then queries DNS
-every few seconds for good."""
+"""The native libraries' environment, set by the composition root, reaches the server and the Python workers:
+onnxruntime's telemetry stays off (handlers/onnx/environment.py: its 1DS client, on by default since 1.32, writes
+under ``~/.cache/Microsoft`` at the first session and then queries DNS every few seconds for good), and OpenBLAS's
+idle threads sleep instead of spinning (runtime/openblas_threads.py)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ class TritonPythonModel:
     def initialize(self, args):
         path = os.path.join(args["model_repository"], "..", "simple", "1", "model.onnx")
         self.session = ort.InferenceSession(path)  # where its telemetry would start
-        self.telemetry = os.environ.get("ORT_DISABLE_TELEMETRY")
+        self.quiet = os.environ.get("ORT_DISABLE_TELEMETRY") == "1" and os.environ.get("OPENBLAS_THREAD_TIMEOUT") == "4"
 
     def execute(self, requests):
         value = pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value * float(self.telemetry == "1"))])]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", value * float(self.quiet))])]
 """
 
 
