@@ -36,6 +36,7 @@ from bootstrap.settings_schema import add_flags
 from handlers.onnx.environment import quiet_onnxruntime
 from runtime.extensions.log_settings import redact_secrets, storage_secrets
 from runtime.openblas_threads import short_openblas_spin
+from runtime.startup_gc import pause_collection
 
 if TYPE_CHECKING:
     from bootstrap.early_sync import EarlySync
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     if early is None:
         _start_worker_template(settings)  # else once the early sync has told what the repository holds
     _raise_open_file_limit(settings.max_connections)
+    pause_collection()  # after the early sync's fork; the server resumes it once the cold start is over
     from runtime.allocator import tune_allocator
 
     tune_allocator()

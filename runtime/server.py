@@ -28,6 +28,7 @@ from runtime.openai.restrictions import restriction_guard
 from runtime.scheduling.rate_limiter import RateLimiter
 from runtime.scheduling.scheduler import DEFAULT_MAX_QUEUE_SIZE
 from runtime.scheduling.sequence import DEFAULT_SLOT_TIMEOUT_SECONDS
+from runtime.startup_gc import resume_collection
 from runtime.tensor_pool import DEFAULT_MAX_BYTES as DEFAULT_POOL_BYTES
 from runtime.tensor_pool import TensorPool
 from runtime.thread_policy import batch_threads
@@ -260,6 +261,7 @@ class Server:
         await listening.wait()
 
         def start_after_load() -> None:
+            resume_collection()  # paused by bootstrap for the start (runtime/startup_gc.py)
             for prepare in after_load:  # in a thread: the first requests may be arriving now
                 threading.Thread(target=prepare, daemon=True, name="after-load").start()
 
