@@ -236,7 +236,7 @@ def _start_worker_template(settings: FunctionSettings, frameworks: list[str] | N
 
         if frameworks is None:
             frameworks = frameworks_imported(_model_sources(models))
-        start_template(frameworks=frameworks, entry_modules=["bootstrap.cli"])  # this module: the entry script's
+        start_template(frameworks=frameworks, entry_modules=["bootstrap.cli"])  # what the `bootstrap` script imports
         # The backend's server side, imported now rather than by the first load, where it would share the
         # interpreter with the protocol stacks' imports (runtime/server.py) and ask the template for a worker later.
         import handlers.python.backend  # noqa: F401

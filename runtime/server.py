@@ -157,8 +157,8 @@ class Server:
         adapters: ProtocolAdapters | FrontEndPool | None = None
         after_load: list[Callable[[], None]] = []  # start-up work that waits until the cold start's models are loaded
         listening = asyncio.Event()
-        # Models load while the listeners start: a Python model's worker starts on another core meanwhile, and
-        # nothing is served before the listeners are up anyway.
+        # Models load while the protocol stacks import and the listeners start (nothing is served before they are
+        # up anyway): a Python model's worker comes up meanwhile on another core.
         batching = batch_threads() if options.batch_scheduled_threads else None  # before any worker starts
         background = [asyncio.create_task(self._initial_load(stop, listening, after_load)),
                       asyncio.create_task(keep_giving_back_free_memory(
@@ -166,8 +166,7 @@ class Server:
         if batching is not None:
             background.append(batching)
         try:
-            # The protocol stacks (starlette, granian, grpc: a third of a start) import in a thread while the first
-            # models load, so that a Python model's worker comes up meanwhile on another core.
+            # in a thread, the loop going on with the load meanwhile (starlette, granian, grpc: a third of a start)
             await asyncio.to_thread(_import_adapters, grpc=endpoints.grpc_port is not None)
             from runtime.adapters import ProtocolAdapters
             from runtime.http.app import create_metrics_app
