@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bootstrap.settings import SettingsError, parse_settings
-from runtime.grpc.server import GROUP_BY_METHOD
+from runtime.grpc.call_refusal import GROUP_BY_METHOD
 from runtime.http.restricted import http_api_group
 from runtime.protocol import service_pb2
 from runtime.restricted_api import API_GROUPS, RestrictedApis, Restriction

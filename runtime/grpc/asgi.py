@@ -17,14 +17,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
 
-import grpc
-
 from runtime.auth import TokenAuth
 from runtime.grpc.byte_gate import DEFAULT_STREAMS_MAX_BYTES, ByteGate
 from runtime.grpc.call_context import CallEnded, ServicerCallContext
+from runtime.grpc.call_refusal import call_refusal
 from runtime.grpc.message_inflate import inflate
-from runtime.grpc.server import call_refusal
 from runtime.grpc.service import InferenceServicer, details, tolerant_deserializer
+from runtime.grpc.status_codes import StatusCode
 from runtime.protocol import service_pb2
 from runtime.restricted_api import RestrictedApis
 
@@ -62,7 +61,7 @@ def _timeout(text: str) -> float | None:
         return None
     digits = text[:-1]
     if not 1 <= len(digits) <= 8 or not digits.isascii() or not digits.isdigit() or text[-1] not in _TIMEOUT_UNITS:
-        raise CallEnded(grpc.StatusCode.INVALID_ARGUMENT, f"invalid grpc-timeout {text[:32]!r}")
+        raise CallEnded(StatusCode.INVALID_ARGUMENT, f"invalid grpc-timeout {text[:32]!r}")
     return int(digits) * _TIMEOUT_UNITS[text[-1]]
 
 
@@ -90,11 +89,11 @@ class GrpcAsgiApp:
         await send({"type": "http.response.start", "status": 200, "trailers": True,
                     "headers": [(b"content-type", b"application/grpc"),
                                 (b"grpc-accept-encoding", b"identity,deflate,gzip")]})
-        code, message = grpc.StatusCode.OK, ""
+        code, message = StatusCode.OK, ""
         try:
             service, _, name = scope["path"].lstrip("/").partition("/")
             if service != SERVICE or name not in self.methods:
-                raise CallEnded(grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {scope['path']}")
+                raise CallEnded(StatusCode.UNIMPLEMENTED, f"Method not found: {scope['path']}")
             self._check_call(name, metadata)
             handler, deserialize, streaming = self.methods[name]
             encoding = headers.get(b"grpc-encoding", b"identity").decode("latin-1")
@@ -109,18 +108,18 @@ class GrpcAsgiApp:
                     else:
                         request = await anext(messages, None)
                         if request is None:
-                            raise CallEnded(grpc.StatusCode.INTERNAL, "the call sent no request message")
+                            raise CallEnded(StatusCode.INTERNAL, "the call sent no request message")
                         if await anext(messages, None) is not None:
-                            raise CallEnded(grpc.StatusCode.UNIMPLEMENTED,
+                            raise CallEnded(StatusCode.UNIMPLEMENTED,
                                             "a unary call sent more than one request message")
                         await self._send_message(send, await handler(deserialize(request), context))
             except TimeoutError:
-                raise CallEnded(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+                raise CallEnded(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         except CallEnded as ended:
             code, message = ended.code, ended.message
         except Exception:  # noqa: BLE001 - never leak a traceback to the client
             logger.exception("unexpected error serving %s", scope["path"])
-            code, message = grpc.StatusCode.INTERNAL, "internal server error"
+            code, message = StatusCode.INTERNAL, "internal server error"
         trailers = [(b"grpc-status", str(code.value[0]).encode())]
         if message:
             trailers.append((b"grpc-message", quote(details(message), safe=_MESSAGE_SAFE).encode()))
@@ -142,17 +141,17 @@ class GrpcAsgiApp:
                 buffer += chunk
             if len(buffer) < _PREFIX.size:
                 if buffer:
-                    raise CallEnded(grpc.StatusCode.INTERNAL, "the request ended inside a message")
+                    raise CallEnded(StatusCode.INTERNAL, "the request ended inside a message")
                 return
             compressed, length = _PREFIX.unpack_from(buffer)
             if length > self.max_message_bytes:
-                raise CallEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max "
+                raise CallEnded(StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max "
                                                                     f"({length} vs. {self.max_message_bytes})")
             while more and len(buffer) < _PREFIX.size + length:
                 chunk, more = await _body(receive)
                 buffer += chunk
             if len(buffer) < _PREFIX.size + length:
-                raise CallEnded(grpc.StatusCode.INTERNAL, "the request ended inside a message")
+                raise CallEnded(StatusCode.INTERNAL, "the request ended inside a message")
             payload = bytes(buffer[_PREFIX.size:_PREFIX.size + length])
             del buffer[:_PREFIX.size + length]
             if compressed:
@@ -162,7 +161,7 @@ class GrpcAsgiApp:
     async def _send_message(self, send: Callable, message: Any) -> None:
         payload = message.SerializeToString()
         if len(payload) > self.max_message_bytes:
-            raise CallEnded(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({len(payload)} vs. "
+            raise CallEnded(StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({len(payload)} vs. "
                                                                 f"{self.max_message_bytes})")
         await send({"type": "http.response.body", "body": _PREFIX.pack(0, len(payload)) + payload,
                     "more_body": True})

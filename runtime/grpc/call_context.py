@@ -3,13 +3,13 @@ metadata, and ``abort``, which raises :class:`CallEnded` for the front end to tu
 
 from __future__ import annotations
 
-import grpc
+from runtime.grpc.status_codes import StatusCode
 
 
 class CallEnded(Exception):
     """The call ends with this status (what ``context.abort`` raises here)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str = "") -> None:
+    def __init__(self, code: StatusCode, message: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -24,5 +24,5 @@ class ServicerCallContext:
     def invocation_metadata(self) -> tuple:
         return self.metadata
 
-    async def abort(self, code: grpc.StatusCode, message: str = "") -> None:
+    async def abort(self, code: StatusCode, message: str = "") -> None:
         raise CallEnded(code, message)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import zlib
 
-import grpc
-
 from runtime.grpc.byte_gate import ByteGate
 from runtime.grpc.call_context import CallEnded
+from runtime.grpc.status_codes import StatusCode
 
 _WBITS = {"gzip": 31, "deflate": 15}  # gRPC's deflate is zlib's format
 FIRST_STEP_BYTES = 1 << 20
@@ -23,7 +22,7 @@ STEP_BYTES = 16 << 20
 
 
 def too_large(limit: int) -> CallEnded:
-    return CallEnded(grpc.StatusCode.RESOURCE_EXHAUSTED,
+    return CallEnded(StatusCode.RESOURCE_EXHAUSTED,
                      f"Received message larger than max (more than {limit} bytes once decompressed vs. {limit})")
 
 
@@ -31,7 +30,7 @@ async def inflate(payload: bytes, encoding: str, limit: int, gate: ByteGate) -> 
     """``payload`` inflated as ``encoding`` says, at most ``limit`` bytes; CallEnded where it cannot be."""
     wbits = _WBITS.get(encoding)
     if wbits is None:
-        raise CallEnded(grpc.StatusCode.UNIMPLEMENTED, f"Compression algorithm '{encoding}' is not supported")
+        raise CallEnded(StatusCode.UNIMPLEMENTED, f"Compression algorithm '{encoding}' is not supported")
     inflater = zlib.decompressobj(wbits)
     pieces: list[bytes] = []
     total = held = 0
@@ -44,7 +43,7 @@ async def inflate(payload: bytes, encoding: str, limit: int, gate: ByteGate) -> 
             try:
                 piece = await asyncio.to_thread(inflater.decompress, rest, step)
             except zlib.error:
-                raise CallEnded(grpc.StatusCode.INTERNAL, "a message could not be decompressed") from None
+                raise CallEnded(StatusCode.INTERNAL, "a message could not be decompressed") from None
             pieces.append(piece)
             total += len(piece)
             rest = inflater.unconsumed_tail
@@ -53,6 +52,6 @@ async def inflate(payload: bytes, encoding: str, limit: int, gate: ByteGate) -> 
             if inflater.eof:
                 return b"".join(pieces)
             if not rest and len(piece) < step:  # the input is used up before the stream's end
-                raise CallEnded(grpc.StatusCode.INTERNAL, "a message could not be decompressed")
+                raise CallEnded(StatusCode.INTERNAL, "a message could not be decompressed")
     finally:
         gate.release(held)

@@ -18,8 +18,6 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
-import grpc
-
 from runtime.direct_path import SERVE_AGAIN
 from runtime.errors import ServingError, Status
 from runtime.grpc.call_context import CallEnded, ServicerCallContext
@@ -32,6 +30,7 @@ from runtime.grpc.codec import (
     plain_infer_request,
 )
 from runtime.grpc.service import InferenceServicer, Undecodable, details, status_code, tolerant_deserializer
+from runtime.grpc.status_codes import StatusCode
 from runtime.native.lanes import NativeLanes
 from runtime.protocol import service_pb2
 from runtime.types import InferResponse
@@ -41,12 +40,12 @@ logger = logging.getLogger(__name__)
 # Not built where libgrpc++ was not found when the package was installed. Loaded only by a server that uses it:
 # libgrpc++ beside grpcio's own core in one process slows grpcio's shutdown.
 NATIVE_EDGE_BUILT = importlib.util.find_spec("runtime.grpc._native_edge") is not None
-_OK = grpc.StatusCode.OK.value[0]
-_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
-_UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
-_UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
-_INTERNAL = grpc.StatusCode.INTERNAL.value[0]
-_RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+_OK = StatusCode.OK.value[0]
+_CANCELLED = StatusCode.CANCELLED.value[0]
+_UNIMPLEMENTED = StatusCode.UNIMPLEMENTED.value[0]
+_UNKNOWN = StatusCode.UNKNOWN.value[0]
+_INTERNAL = StatusCode.INTERNAL.value[0]
+_RESOURCE_EXHAUSTED = StatusCode.RESOURCE_EXHAUSTED.value[0]
 # Raw input contents handed over as views from this many bytes on (a request's together); smaller ones are
 # parsed with the message: views cost 3.5 µs more than copies for add_sub's two 16-byte tensors.
 SPLIT_MIN_BYTES = 64 * 1024

@@ -5,39 +5,42 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-
-import grpc
+from typing import TYPE_CHECKING
 
 from runtime.api import InferenceApi
 from runtime.errors import InvalidArgument, ServingError, Status, Unavailable, Unsupported
 from runtime.grpc.byte_gate import DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAMS_MAX_BYTES, ByteGate, StreamBytes
 from runtime.grpc.codec import decode_infer_request, encode_infer_response, from_dict, parameters_to_dict
 from runtime.grpc.limits import MAX_DETAILS_BYTES
+from runtime.grpc.status_codes import StatusCode
 from runtime.grpc.stream_order import ResponseOrder
 from runtime.header_forward import HeaderForward
 from runtime.protocol import service_pb2
 from runtime.types import InferRequest, StreamResponse
 
+if TYPE_CHECKING:
+    import grpc
+
 logger = logging.getLogger(__name__)
 
 GRPC_STATUS = {
-    Status.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
-    Status.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    Status.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
-    Status.INTERNAL: grpc.StatusCode.INTERNAL,
-    Status.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-    Status.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Status.MEMORY_BUDGET_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Status.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
-    Status.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
-    Status.CANCELLED: grpc.StatusCode.CANCELLED,
+    Status.INVALID_ARG: StatusCode.INVALID_ARGUMENT,
+    Status.NOT_FOUND: StatusCode.NOT_FOUND,
+    Status.UNAVAILABLE: StatusCode.UNAVAILABLE,
+    Status.UNSUPPORTED: StatusCode.UNIMPLEMENTED,
+    Status.INTERNAL: StatusCode.INTERNAL,
+    Status.UNAUTHENTICATED: StatusCode.UNAUTHENTICATED,
+    Status.RESOURCE_EXHAUSTED: StatusCode.RESOURCE_EXHAUSTED,
+    Status.MEMORY_BUDGET_EXHAUSTED: StatusCode.RESOURCE_EXHAUSTED,
+    Status.ALREADY_EXISTS: StatusCode.ALREADY_EXISTS,
+    Status.DEADLINE_EXCEEDED: StatusCode.DEADLINE_EXCEEDED,
+    Status.CANCELLED: StatusCode.CANCELLED,
 }
 
 
-def status_code(status: Status) -> grpc.StatusCode:
+def status_code(status: Status) -> StatusCode:
     """The gRPC code the adapter answers the core's ``status`` with (INTERNAL for one it does not map)."""
-    return GRPC_STATUS.get(status, grpc.StatusCode.INTERNAL)
+    return GRPC_STATUS.get(status, StatusCode.INTERNAL)
 
 
 FINAL_RESPONSE = "triton_final_response"  # marks each stream response that ends its request
@@ -87,7 +90,7 @@ def _unary(method):
             await context.abort(status_code(exc.status), details(exc.message))
         except Exception:  # noqa: BLE001 - never leak a traceback to the client
             logger.exception("unexpected error in %s", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal server error")
+            await context.abort(StatusCode.INTERNAL, "internal server error")
 
     wrapper.__name__ = method.__name__
     return wrapper

@@ -24,6 +24,7 @@ import grpc
 from runtime.grpc.call_context import CallEnded, ServicerCallContext
 from runtime.grpc.loop_bridge import BridgedCall, LoopBridge
 from runtime.grpc.service import InferenceServicer, tolerant_deserializer
+from runtime.grpc.status_codes import grpcio_code
 from runtime.protocol import service_pb2
 
 CONTROL_THREADS = 16  # health, metadata, statistics, model control: a slow load leaves probes room
@@ -86,7 +87,7 @@ class ThreadedGrpcServer:
         metadata = context.invocation_metadata()
         refusal = self.check_call(name, metadata)
         if refusal is not None:
-            context.abort(refusal.code, refusal.message)
+            context.abort(grpcio_code(refusal.code), refusal.message)
         return ServicerCallContext(metadata)
 
     def _unary_behavior(self, name: str) -> Callable:
@@ -99,7 +100,7 @@ class ThreadedGrpcServer:
             try:
                 return bridge.wait(call)
             except CallEnded as ended:
-                context.abort(ended.code, ended.message)
+                context.abort(grpcio_code(ended.code), ended.message)
             except asyncio.CancelledError:
                 context.abort(grpc.StatusCode.CANCELLED, "the call was cancelled")
 
