@@ -146,7 +146,7 @@ class GrpcAsgiApp:
             compressed, length = _PREFIX.unpack_from(buffer)
             if length > self.max_message_bytes:
                 raise CallEnded(StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max "
-                                                                    f"({length} vs. {self.max_message_bytes})")
+                                                               f"({length} vs. {self.max_message_bytes})")
             while more and len(buffer) < _PREFIX.size + length:
                 chunk, more = await _body(receive)
                 buffer += chunk
@@ -162,7 +162,7 @@ class GrpcAsgiApp:
         payload = message.SerializeToString()
         if len(payload) > self.max_message_bytes:
             raise CallEnded(StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({len(payload)} vs. "
-                                                                f"{self.max_message_bytes})")
+                                                           f"{self.max_message_bytes})")
         await send({"type": "http.response.body", "body": _PREFIX.pack(0, len(payload)) + payload,
                     "more_body": True})
 
