@@ -92,7 +92,6 @@ class ServerOptions:
 def _import_adapters(grpc: bool) -> None:
     """Import what serving the protocols needs (the caller's thread then finds it imported)."""
     import runtime.adapters  # noqa: F401 - imported for its side effect: the HTTP stack loaded
-    import runtime.http.app  # noqa: F401
 
     if grpc:
         import runtime.grpc.server  # noqa: F401

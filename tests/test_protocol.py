@@ -42,8 +42,10 @@ def test_the_classes_are_shared_whichever_is_imported_first():
 def test_start_up_imports_leave_out_what_is_loaded_on_demand():
     """``bootstrap run``'s modules alone load neither the client package, gRPC, YAML, metrics, RE2, the extras'
     packages (runtime/extras.py), nor any framework: each comes when a flag, a file, a scrape or a model asks for
-    it."""
-    probe = ("import sys, bootstrap.cli, runtime.server; "
+    it. The protocol adapters count too: the native gRPC edge and the one port's gRPC serve without grpcio
+    (runtime/grpc/status_codes.py), which loads only with one of its own servers."""
+    probe = ("import sys, bootstrap.cli, runtime.server, runtime.adapters, runtime.grpc.server, runtime.grpc.native, "
+             "runtime.grpc.asgi, runtime.listen.single_port; "
              "print(sorted(m for m in ('tritonclient', 'grpc', 'yaml', 'prometheus_client', 'psutil', 'watchdog', "
              "'onnx', 'onnxruntime', 'torch', 'boto3', 'tensorflow', 'openvino', 're2', 'jinja2', 'tokenizers', "
              "'opentelemetry') if m in sys.modules))")
