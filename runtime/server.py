@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from runtime.adapter_settings import AdapterSettings
 from runtime.allocator import keep_giving_back_free_memory
 from runtime.core import InferenceService
+from runtime.dataclass_code import release_compiled_code
 from runtime.devices import gpu_count
 from runtime.extensions.response_cache import ResponseCache
 from runtime.extensions.tracing import Tracer, TraceSettings, trace_exporter
@@ -260,6 +261,7 @@ class Server:
 
         def start_after_load() -> None:
             resume_collection()  # paused by bootstrap for the start (runtime/startup_gc.py)
+            release_compiled_code()  # loaded by bootstrap for the start (runtime/dataclass_code.py)
             for prepare in after_load:  # in a thread: the first requests may be arriving now
                 threading.Thread(target=prepare, daemon=True, name="after-load").start()
 

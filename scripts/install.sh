@@ -34,6 +34,9 @@ if [ -n "${TORCH_FIND_LINKS:-}" ]; then
 fi
 "$VENV/bin/python" -m pip install -q "${torch_args[@]}"
 "$VENV/bin/python" -m pip install -q "$SOURCE[$EXTRAS]"
+# The code dataclasses compile for a start, compiled once here, beside the installed package
+# (runtime/dataclass_code.py)
+"$VENV/bin/python" -I -m runtime.dataclass_code  # -I: the installed package, wherever this runs from
 # Fail the build, not the first cold start, if the install cannot serve.
 "$VENV/bin/bootstrap" --help >/dev/null
 "$VENV/bin/python" -c "import onnxruntime, torch, runtime.grpc, handlers.python.worker"

@@ -35,4 +35,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+# the code dataclasses compile for the start, compiled once here (runtime/dataclass_code.py; scripts/install.sh too)
+.venv/bin/python -m runtime.dataclass_code >/dev/null
 .venv/bin/python -m examples.build_models

@@ -94,6 +94,10 @@ def test_the_install_script_installs_an_image_that_serves_and_passes_its_healthc
     assert install.returncode == 0, install.stdout + install.stderr
     assert subprocess.run(["bash", str(ROOT / "scripts" / "install.sh"), str(venv), "cpu", str(wheel)], env=env,
                           capture_output=True, text=True).returncode == 2  # never over an existing venv
+    used = subprocess.run([str(venv / "bin" / "python"), "-c", "import bootstrap.cli, runtime.server\n"
+                           "from runtime import dataclass_code\nprint(dataclass_code.compiled_code_used())"],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert int(used.stdout) > 100, used.stderr  # the start's dataclass code, compiled by the install
 
     models = tmp_path / "models"
     shutil.copytree(EXAMPLE_REPOSITORY, models, ignore=shutil.ignore_patterns("model.onnx", "model.pt"))
