@@ -232,11 +232,12 @@ def _start_worker_template(settings: FunctionSettings, frameworks: list[str] | N
     frameworks the models import (``frameworks`` where already known; a local repository's are read here)."""
     models = [] if settings.remote else list(settings.repository_path().glob("*/[0-9]*/model.py"))
     if settings.remote or models:
-        from handlers.python.template import frameworks_imported, start_template
+        from handlers.python.template import frameworks_imported, start_template, workers_skip_the_entry_script
 
         if frameworks is None:
             frameworks = frameworks_imported(_model_sources(models))
-        start_template(frameworks=frameworks, entry_modules=["bootstrap.cli"])  # what the `bootstrap` script imports
+        workers_skip_the_entry_script()  # `bootstrap` imports the whole command line
+        start_template(frameworks=frameworks)
         # The backend's server side, imported now rather than by the first load, where it would share the
         # interpreter with the protocol stacks' imports (runtime/server.py) and ask the template for a worker later.
         import handlers.python.backend  # noqa: F401

@@ -1,4 +1,4 @@
-"""Imported by tests/test_python_template.py's workers: which process imported this module first, the workers'
+"""The target of tests/test_python_template.py's workers: which process imported this module first, the workers'
 template (before the fork) or the worker itself."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ IMPORTED_BY = os.getpid()
 
 
 def report_importer(connection: Connection) -> None:
-    """A worker's target: sends whether this module came from the template (imported by another process)."""
+    """Sends whether this module came from the template (imported by another process)."""
     connection.send(IMPORTED_BY != os.getpid())
     connection.close()
+

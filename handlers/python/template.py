@@ -15,19 +15,19 @@ a fork shares the template's pages.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from multiprocessing.context import ForkServerContext, SpawnContext
 
 START_METHOD_ENV = "SERVERLESS_TRITON_PYTHON_WORKERS"
-# "__main__": the entry script (`bootstrap`), imported once in the template rather than in every worker, where the
-# interpreter's forkserver does so (3.13 and later: CPython gh-137996; see ``entry_modules`` below).
-PRELOAD = ["__main__", "handlers.python.worker"]
+PRELOAD = ["handlers.python.worker"]  # the workers' own side, imported once in the template
 # Frameworks worth importing in the template where a model imports them (fork-safe without a GPU context), named
 # to the template in FRAMEWORKS_ENV and imported there by template_imports.py.
 HEAVY_FRAMEWORKS = ("torch",)
@@ -52,18 +52,15 @@ def frameworks_imported(sources: Iterable[str]) -> list[str]:
     return found
 
 
-def start_template(background: bool = True, frameworks: Sequence[str] = (), entry_modules: Sequence[str] = ()) -> None:
+def start_template(background: bool = True, frameworks: Sequence[str] = ()) -> None:
     """Start the template process now (in a thread: the caller goes on with its own imports meanwhile), importing
-    ``frameworks`` too (see :func:`frameworks_imported`) and ``entry_modules``, what the server's entry script
-    imports: each worker runs that script again as it starts (multiprocessing's fix-up of ``__main__``, which
-    CPython 3.11's forkserver never preloads), which then finds them imported (about 20 ms of each worker's start
-    for ``bootstrap``). Only the first start's arguments count."""
+    ``frameworks`` too (see :func:`frameworks_imported`). Only the first start's arguments count."""
     if not uses_template():
         return
     global _configured
     with _lock:
         if not _configured:
-            preload = [*PRELOAD, *entry_modules]
+            preload = list(PRELOAD)
             if frameworks:
                 os.environ[FRAMEWORKS_ENV] = ",".join(frameworks)  # the template inherits the environment
                 preload.append("handlers.python.template_imports")
@@ -74,6 +71,16 @@ def start_template(background: bool = True, frameworks: Sequence[str] = (), entr
                          name="worker-template").start()
     else:
         multiprocessing.forkserver.ensure_running()
+
+
+def workers_skip_the_entry_script() -> None:
+    """Workers do not run the server's entry script again. multiprocessing runs the parent's ``__main__`` again
+    in each process it starts (spawn, forkserver: its file as ``__mp_main__``, or its module where ``-m`` ran
+    it), for targets defined there; a worker's target is in handlers.python.worker, and the entry script
+    (``bootstrap``) imports the whole command line: 20-25 ms of each worker's start, or, imported ahead in the
+    template, about 100 ms of the template's CPU while the server starts beside it. A ``__main__`` whose spec
+    names it ``__main__`` is left alone (what multiprocessing does for a package's ``__main__.py``)."""
+    sys.modules["__main__"].__spec__ = importlib.machinery.ModuleSpec("__main__", None)
 
 
 def worker_context() -> SpawnContext | ForkServerContext:
