@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -47,31 +47,39 @@ logger = logging.getLogger("bootstrap")
 Result = TypeVar("Result")
 
 
-def _add_common(parser: argparse.ArgumentParser, command: str) -> None:
-    """Options every command reads (where settings are, how much to log), and the command's setting flags."""
+COMMANDS = ("run", "sync", "check")
+
+
+def _add_common(parser: argparse.ArgumentParser, command: str, flags: bool) -> None:
+    """Options every command reads (where settings are, how much to log), and, where ``flags``, the command's
+    setting flags."""
     parser.add_argument("--config", type=Path, default=None, help="function.yaml (default: ./function.yaml)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
-    add_flags(parser, command, SETTINGS_CLASSES)
+    if flags:
+        add_flags(parser, command, SETTINGS_CLASSES)
 
 
-def main_parser() -> argparse.ArgumentParser:
+def main_parser(commands: Iterable[str] = COMMANDS) -> argparse.ArgumentParser:
+    """The command line; only ``commands`` get their setting flags (each command's hundred or so: a few
+    milliseconds of a start for the commands not run)."""
+    with_flags = set(commands)
     parser = argparse.ArgumentParser(prog="bootstrap", description="Serverless Triton-compatible runtime")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="serve the model repository until SIGINT/SIGTERM")
-    _add_common(run, "run")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    run = subparsers.add_parser("run", help="serve the model repository until SIGINT/SIGTERM")
+    _add_common(run, "run", "run" in with_flags)
     run.add_argument("--model-namespacing", choices=["true", "false"],
                      help="Triton's flag, accepted: with one model repository, names cannot collide")
-    sync = commands.add_parser("sync", help="download the repository from object storage into the cache, then exit "
-                                            "(to bake the cache into an image, or as an init container)")
-    _add_common(sync, "sync")
+    sync = subparsers.add_parser("sync", help="download the repository from object storage into the cache, then "
+                                              "exit (to bake the cache into an image, or as an init container)")
+    _add_common(sync, "sync", "sync" in with_flags)
     sync.add_argument("--model", metavar="NAME", help="sync only this model")
     sync.add_argument("source", nargs="?", help="the repository's s3:// or oss:// URL (as --model-repository)")
     sync.add_argument("destination", nargs="?",
                       help="the cache folder (as --cache-dir); the repository lands in <destination>/repository. "
                            "`bootstrap sync SOURCE DESTINATION` is KServe's storage-initializer contract")
-    check = commands.add_parser("check", help="load every model as `run` would, serve nothing, report and exit "
-                                              "(0: every model version loads)")
-    _add_common(check, "check")
+    check = subparsers.add_parser("check", help="load every model as `run` would, serve nothing, report and exit "
+                                                "(0: every model version loads)")
+    _add_common(check, "check", "check" in with_flags)
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
@@ -176,8 +184,10 @@ async def _serve(settings: FunctionSettings, source: ObjectStoreSource | None) -
 def main(argv: list[str] | None = None) -> int:
     quiet_onnxruntime()  # before any process starts, so that every worker inherits it too
     short_openblas_spin()  # before numpy's import, here and in every worker
-    parser = main_parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    # the command given, and `run`, whose defaults every command reads (below); no command: each one's (--help)
+    parser = main_parser({given[0], "run"} if given and given[0] in COMMANDS else COMMANDS)
+    args = parser.parse_args(given)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )

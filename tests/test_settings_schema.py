@@ -113,3 +113,19 @@ def test_triton_s_newer_flags_set_their_settings(tmp_path):
     assert (settings.allow_client_shm, settings.max_request_bytes) == (False, 64 << 20)  # Triton's defaults
     apply_settings_flags(settings, _run_args("--allow-client-shm=true", "--http-max-input-size=1048576"))
     assert (settings.allow_client_shm, settings.max_request_bytes) == (True, 1 << 20)
+
+
+@pytest.mark.parametrize("command", ["run", "sync", "check"])
+def test_a_command_parses_the_same_when_only_it_and_run_get_their_flags(command, capsys):
+    """bootstrap builds the flags of the command given (and run's, whose defaults every command reads) only."""
+    def usage(parser) -> str:
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, "--help"])
+        return capsys.readouterr().out
+
+    every, given = main_parser(), main_parser({command, "run"})
+    assert usage(given) == usage(every) and "--config" in usage(given)
+    argv = [command, "--cache-dir", "/tmp/cache"]
+    assert given.parse_args(argv) == every.parse_args(argv)
+    if command != "run":  # the other commands' flags are left out
+        assert "--cache-dir CACHE_DIR" in usage(every) and "--cache-dir CACHE_DIR" not in usage(main_parser({"run"}))
