@@ -104,26 +104,18 @@ def _source(settings: FunctionSettings) -> ObjectStoreSource | None:
 
 
 def _first_refresh(settings: FunctionSettings, tell: Callable[[object], None]) -> dict[str, str]:
-    """The early sync's child (bootstrap/early_sync.py): the first full refresh, as the server's own would be; it
-    tells, once listed, whether any model may be a Python model (False: none), and the heavy frameworks the models'
-    ``model.py`` import (a list), read ahead of the download."""
+    """The early sync's child (bootstrap/early_sync.py): the first full refresh, as the server's own would be; once
+    listed, it tells what the listing shows (bootstrap/listing_note.py), read ahead of the download."""
+    from bootstrap.listing_note import listing_note
+    from handlers.python.template import frameworks_imported
+
     source = _source(settings)
     assert source is not None  # only a remote repository is synced early
     sync = source.sync
 
     def listed(objects: list) -> None:
-        if not any(item.relative.endswith(".py") for item in objects):
-            tell(False)
-            return
-        from handlers.python.template import frameworks_imported
-
-        models = [item for item in objects if item.relative.endswith("/model.py")]
-        try:
-            frameworks = frameworks_imported(_decoded(sync.read_small(models, MODEL_SOURCE_BYTES)))
-        except Exception:  # noqa: BLE001 - a look ahead: the download goes on whatever it met
-            logger.exception("unexpected error reading what the models import")
-            frameworks = []
-        tell(frameworks)
+        tell(listing_note(objects, lambda models: _decoded(sync.read_small(models, MODEL_SOURCE_BYTES)),
+                          frameworks_imported))
 
     sync.on_listed = listed
     return source.refresh()
@@ -168,9 +160,9 @@ async def _serve(settings: FunctionSettings, source: ObjectStoreSource | None) -
 
     options = _server_options(settings, source)
     early = source.early if source is not None else None
-    if early is not None:  # the template once the listing shows a model that may be a Python one
-        threading.Thread(target=_start_worker_template_when_listed, args=(settings, early), daemon=True,
-                         name="worker-template-when-listed").start()
+    if early is not None:  # the template and the backends, once the listing shows what the repository holds
+        threading.Thread(target=_prepare_when_listed, args=(settings, early), daemon=True,
+                         name="prepare-when-listed").start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -272,12 +264,21 @@ def _decoded(contents: list[bytes]) -> list[str]:
     return [content.decode("utf-8", "replace") for content in contents]
 
 
-def _start_worker_template_when_listed(settings: FunctionSettings, early: EarlySync) -> None:
-    """Start the workers' template once the early sync has listed the repository, unless it holds no ``.py`` file
-    (an ONNX repository's cold start keeps its cores), with the frameworks its models import."""
+def _prepare_when_listed(settings: FunctionSettings, early: EarlySync) -> None:
+    """Once the early sync has listed the repository: the workers' template, unless no ``.py`` file is there (an
+    ONNX repository's cold start keeps its cores), with the frameworks its models import; and the backends the
+    listed model files suggest, imported while the download goes on."""
+    from bootstrap.listing_note import ListingNote
+    from handlers import import_ahead
+
     note = early.wait_note()
-    if note is not False:
-        _start_worker_template(settings, note if isinstance(note, list) else None)
+    if not isinstance(note, ListingNote):  # the child ended without telling: a Python model may be there
+        _start_worker_template(settings, None)
+        return
+    if note.python_models:
+        _start_worker_template(settings, list(note.frameworks))
+    for backend in note.backends:
+        import_ahead(backend)
 
 
 def _sync(settings: FunctionSettings, model: str | None) -> int:

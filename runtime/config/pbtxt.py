@@ -9,6 +9,7 @@ from google.protobuf import json_format, text_format
 
 from runtime.config.config_support import check_supported
 from runtime.config.ensemble_config import ensemble_steps
+from runtime.config.layout import DEFAULT_MODEL_FILENAMES
 from runtime.config.sequence_config import sequence_spec
 from runtime.config.spec import (
     ENSEMBLE,
@@ -42,9 +43,6 @@ _PLATFORM_BY_HANDLER = {"onnxruntime": "onnxruntime_onnx", "pytorch": "pytorch_l
                         "tensorflow_savedmodel": "tensorflow_savedmodel", "tensorflow_graphdef": "tensorflow_graphdef",
                         "tensorrt": "tensorrt_plan"}
 _BACKEND_BY_HANDLER = {"tensorflow_savedmodel": "tensorflow", "tensorflow_graphdef": "tensorflow"}
-DEFAULT_MODEL_FILENAMES = {"onnxruntime": "model.onnx", "pytorch": "model.pt", "python": "model.py",
-                           "openvino": "model.xml", "tensorflow_savedmodel": "model.savedmodel",
-                           "tensorflow_graphdef": "model.graphdef", "tensorrt": "model.plan"}
 
 
 def _tensor_spec(message, kind: str, model: str) -> TensorSpec:
