@@ -107,15 +107,18 @@ def _first_refresh(settings: FunctionSettings, tell: Callable[[object], None]) -
     """The early sync's child (bootstrap/early_sync.py): the first full refresh, as the server's own would be; once
     listed, it tells what the listing shows (bootstrap/listing_note.py), read ahead of the download."""
     from bootstrap.listing_note import listing_note
-    from handlers.python.template import frameworks_imported
 
     source = _source(settings)
     assert source is not None  # only a remote repository is synced early
     sync = source.sync
 
+    def frameworks(sources: list[str]) -> list[str]:
+        from handlers.python.template import frameworks_imported  # where a Python model is listed only
+
+        return frameworks_imported(sources)
+
     def listed(objects: list) -> None:
-        tell(listing_note(objects, lambda models: _decoded(sync.read_small(models, MODEL_SOURCE_BYTES)),
-                          frameworks_imported))
+        tell(listing_note(objects, lambda models: _decoded(sync.read_small(models, MODEL_SOURCE_BYTES)), frameworks))
 
     sync.on_listed = listed
     return source.refresh()
