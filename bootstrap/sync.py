@@ -293,7 +293,7 @@ class RepositorySync:
                 config_text = config_bytes.decode("utf-8")
             except UnicodeDecodeError:
                 raise SyncError(f"{CONFIG_FILE} is not UTF-8") from None
-        from runtime.config.pbtxt import version_policy_of  # numpy and protobuf: after the listing, not before
+        from runtime.config.config_text import version_policy_of  # protobuf: after the listing, not before
 
         policy = version_policy_of(config_text, name)
         versions = sorted({int(r.split("/")[0]) for r in files if "/" in r and is_version_folder_name(r.split("/")[0])})

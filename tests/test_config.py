@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.config.config_text import VersionPolicy
 from runtime.config.pbtxt import parse_model_config
-from runtime.config.spec import VersionPolicy
 from runtime.errors import ModelLoadError
 from runtime.scheduling.batch_forming import batch_signature
 from runtime.types import InferRequest, InferTensor

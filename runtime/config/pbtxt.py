@@ -5,9 +5,10 @@ filled in as Triton fills them, and turned into the :class:`~runtime.config.spec
 
 from __future__ import annotations
 
-from google.protobuf import json_format, text_format
+from google.protobuf import json_format
 
 from runtime.config.config_support import check_supported
+from runtime.config.config_text import read_model_config, version_policy
 from runtime.config.ensemble_config import ensemble_steps
 from runtime.config.layout import DEFAULT_MODEL_FILENAMES
 from runtime.config.sequence_config import sequence_spec
@@ -19,7 +20,6 @@ from runtime.config.spec import (
     ModelSpec,
     QueuePolicy,
     TensorSpec,
-    VersionPolicy,
 )
 from runtime.datatypes import DATATYPES, config_type_to_datatype
 from runtime.errors import ModelLoadError
@@ -69,23 +69,6 @@ def _tensor_spec(message, kind: str, model: str) -> TensorSpec:
         allow_ragged_batch=bool(getattr(message, "allow_ragged_batch", False)),
         label_filename=getattr(message, "label_filename", ""),
     )
-
-
-def version_policy_of(text: str, folder_name: str) -> VersionPolicy:
-    """Only the version policy of a config's text (what a sync needs to choose versions); ModelLoadError if the
-    text does not parse. The rest is checked when the model loads."""
-    return _version_policy(read_model_config(text, folder_name))
-
-
-def _version_policy(config: ModelConfig) -> VersionPolicy:
-    which = config.version_policy.WhichOneof("policy_choice")
-    if which == "all":
-        return VersionPolicy(kind="all")
-    if which == "specific":
-        return VersionPolicy(kind="specific", versions=tuple(config.version_policy.specific.versions))
-    if which == "latest":
-        return VersionPolicy(kind="latest", num_versions=config.version_policy.latest.num_versions)
-    return VersionPolicy()
 
 
 def _queue_policy(policy: model_config_pb2.ModelQueuePolicy) -> QueuePolicy:
@@ -177,16 +160,6 @@ def _fill_defaults(config: ModelConfig, handler: str, gpu_count: int) -> None:
             group.gpus.extend(range(gpu_count))
 
 
-def read_model_config(text: str, folder_name: str) -> ModelConfig:
-    """``config.pbtxt`` text as a ModelConfig, as written (nothing filled in)."""
-    config = ModelConfig()
-    try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        raise ModelLoadError(f"model '{folder_name}': config.pbtxt syntax error: {exc}") from None
-    return config
-
-
 def parse_model_config(text: str, folder_name: str, gpu_count: int = 0) -> ModelSpec:
     """Parse ``config.pbtxt`` text for the model in folder ``folder_name`` (``gpu_count``: GPUs this server
     may place instances on; KIND_AUTO and missing instance groups resolve against it, as in Triton).
@@ -263,7 +236,7 @@ def spec_from_config(config: ModelConfig, folder_name: str, gpu_count: int = 0) 
         inputs=inputs,
         outputs=outputs,
         instance_groups=tuple(groups),
-        version_policy=_version_policy(config),
+        version_policy=version_policy(config),
         dynamic_batching=batching,
         parameters={key: value.string_value for key, value in config.parameters.items()},
         default_model_filename=file_name,

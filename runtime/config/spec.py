@@ -16,6 +16,7 @@ import numpy as np
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
+from runtime.config.config_text import VersionPolicy
 from runtime.config.ensemble_config import EnsembleStep
 from runtime.config.sequence_config import SequenceSpec
 from runtime.datatypes import WIRE_DTYPES
@@ -64,24 +65,6 @@ class InstanceGroupSpec:
         """(name, device id) of each instance: the group's instances take its GPUs in turn."""
         return [(name, self.gpus[index % len(self.gpus)] if self.gpus else 0)
                 for index, name in enumerate(self.instance_names())]
-
-
-@dataclass(frozen=True)
-class VersionPolicy:
-    """Which numbered versions to serve: ``latest`` n, ``all``, or ``specific`` ones."""
-
-    kind: str = "latest"
-    num_versions: int = 1
-    versions: tuple[int, ...] = ()
-
-    def select(self, available: list[int]) -> list[int]:
-        """The versions to load, ascending, out of those on disk."""
-        ordered = sorted(set(available))
-        if self.kind == "all":
-            return ordered
-        if self.kind == "specific":
-            return [v for v in ordered if v in self.versions]
-        return ordered[-self.num_versions :] if self.num_versions > 0 else []
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from runtime.config.config_text import read_model_config
 from runtime.config.layout import (
     CONFIG_FILE,
     CONFIG_OPTIONAL_MODEL_FILES,
@@ -13,7 +14,7 @@ from runtime.config.layout import (
     is_model_folder_name,
     is_version_folder_name,
 )
-from runtime.config.pbtxt import read_model_config, read_model_config_json, spec_from_config
+from runtime.config.pbtxt import read_model_config_json, spec_from_config
 from runtime.config.spec import ModelSpec
 from runtime.errors import ModelLoadError
 from runtime.protocol.model_config_pb2 import ModelConfig
