@@ -8,7 +8,6 @@ none of it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
@@ -159,6 +158,8 @@ def _server_options(settings: FunctionSettings, source: ObjectStoreSource | None
 
 
 async def _serve(settings: FunctionSettings, source: ObjectStoreSource | None) -> int:
+    import asyncio
+
     from runtime.server import Server
 
     options = _server_options(settings, source)
@@ -341,7 +342,10 @@ def _raise_open_file_limit(connections: int) -> None:
 
 
 def _run(coroutine: Coroutine[Any, Any, Result]) -> Result:
-    """Run on uvloop when it is installed (lower per-request overhead), else on asyncio's loop."""
+    """Run on uvloop when it is installed (lower per-request overhead), else on asyncio's loop (imported here, after
+    the cold start's early fork: the download's child has no use for it)."""
+    import asyncio
+
     try:
         import uvloop
     except ImportError:

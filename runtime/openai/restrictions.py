@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.restricted_api import Restriction
@@ -78,6 +77,8 @@ class OpenAiRestrictionMiddleware:
             wanted = restriction.key.lower().encode("latin-1")
             given = next((value for key, value in scope["headers"] if key == wanted), None)
             if given != restriction.value.encode("latin-1"):
+                import msgspec  # here: the settings import this module before the cold start's early fork
+
                 body = msgspec.json.encode({"error": {
                     "message": f"This API is restricted, expecting header '{restriction.key}' with valid value",
                     "type": "authentication_error", "code": "invalid_auth"}})
