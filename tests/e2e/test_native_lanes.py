@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import psutil
@@ -108,13 +109,16 @@ def server(tmp_path_factory):
 
 
 def _grpc(server: ServerProcess, data: np.ndarray, outputs: list[str] | None = None, model: str = "lanes",
-          **options) -> dict:
+          answered: Callable[[], None] | None = None, **options) -> dict:
+    """The call's outcome as a dict; ``answered`` runs as soon as the answer arrives, before it is decoded here."""
     client = grpcclient.InferenceServerClient(server.grpc_url)
     tensor = grpcclient.InferInput("IN", list(data.shape), "FP32")
     tensor.set_data_from_numpy(data)
     requested = [grpcclient.InferRequestedOutput(name) for name in outputs] if outputs is not None else None
     try:
         response = client.infer(model, [tensor], outputs=requested, request_id="call-7", **options)
+        if answered is not None:
+            answered()
         return _answer(response.get_response(as_json=True), response)
     except InferenceServerException as exc:
         return {"error": exc.message(), "status": exc.status()}
@@ -389,9 +393,9 @@ def test_a_lanes_buffer_written_by_a_large_call_goes_back_once_idle(server):
     held = []
 
     def call() -> dict:
-        answer = _grpc(server, large, ["NEG"])
-        held.append(_lane_buffer_bytes(server.process.pid))
-        return answer
+        # held as the answer arrives: decoding a 24 MiB answer into lists here can outlast the second after which
+        # the lane gives its pages back (on a slow VM it did, twice in a row)
+        return _grpc(server, large, ["NEG"], answered=lambda: held.append(_lane_buffer_bytes(server.process.pid)))
 
     answer = served_on_lane(server, call)
     assert answer["outputs"][0][3][0][:2] == [-1.0, -1.0]
